@@ -1,0 +1,38 @@
+# The two commands a new user runs (see README.md):
+#   make demo   start devcluster with example resources, until Ctrl-C
+#   make test   install what is missing, then run every check and test
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+NEXTEST_PROFILE ?= default
+CARGO ?= cargo
+
+.PHONY: help deps test lint fmt build demo bench crds
+
+help:
+	@echo "make demo   - build and start devcluster with example resources (Ctrl-C stops it)"
+	@echo "make test   - install missing tools, check formatting and lints, run every test"
+	@echo "make bench  - run the benchmarks (results go to docs/benchmarks.md by hand)"
+
+# Tools a fresh machine may lack. Idempotent: each is installed only when absent.
+deps:
+	@scripts/ensure-deps.sh
+
+build: deps
+	$(CARGO) build --workspace --bins
+
+fmt:
+	$(CARGO) fmt --all
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test: deps lint
+	$(CARGO) nextest run --workspace --profile $(NEXTEST_PROFILE)
+	$(CARGO) test --workspace --doc
+
+bench: deps
+	$(CARGO) run --release -p devcluster --bin devcluster-bench
+
+demo: build
+	@scripts/demo.sh

@@ -1,0 +1,461 @@
+//! The HTTP face of the API server: authentication, routing, content negotiation, and the mapping
+//! of methods to verbs. Everything it does to objects goes through `ops`.
+
+use crate::cluster::Cluster;
+use crate::errors::{ApiError, ApiResult};
+use crate::ops::{self, DeleteOpts, FieldValidation, ListOpts, WriteOpts};
+use crate::registry::ResourceDef;
+use crate::request::{self, BodyFormat, Output, PathKind, Query, ResourcePath};
+use crate::watch::{self, Start, WatchParams};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// Request bodies larger than this are refused (413), like the apiserver's 3 MiB limit.
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed()
+}
+
+fn json_response(code: u16, v: &Value, output: Output, warnings: &[String]) -> Response<Body> {
+    let (ct, bytes) = match output {
+        Output::Yaml => match serde_saphyr::to_string(v) {
+            Ok(y) => ("application/yaml", y.into_bytes()),
+            Err(_) => ("application/json", serde_json::to_vec(v).unwrap_or_default()),
+        },
+        Output::AggregatedDiscovery { v2beta1 } => (
+            if v2beta1 {
+                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+            } else {
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+            },
+            serde_json::to_vec(v).unwrap_or_default(),
+        ),
+        _ => ("application/json", serde_json::to_vec(v).unwrap_or_default()),
+    };
+    let mut resp = Response::new(full(bytes));
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(h) = HeaderValue::from_str(&text) {
+            resp.headers_mut().append(header::WARNING, h);
+        }
+    }
+    resp
+}
+
+pub fn error_response(e: &ApiError) -> Response<Body> {
+    let mut r = json_response(e.code, &e.to_status(), Output::Json, &[]);
+    if let Some(s) = e.retry_after
+        && let Ok(h) = HeaderValue::from_str(&s.to_string())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, h);
+    }
+    r
+}
+
+fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Who is asking. Part 1 knows the admin user only.
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+fn authenticate(cl: &Cluster, headers: &HeaderMap) -> Option<User> {
+    let auth = header_str(headers, header::AUTHORIZATION)?;
+    let token = auth.strip_prefix("Bearer ").or_else(|| auth.strip_prefix("bearer "))?.trim();
+    if !token.is_empty() && constant_time_eq(token.as_bytes(), cl.creds.admin_token.as_bytes()) {
+        return Some(User {
+            name: "admin".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        });
+    }
+    None
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Serve one request. Never fails: errors become `Status` responses.
+pub async fn handle(cl: Arc<Cluster>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let started = std::time::Instant::now();
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let resp = match serve(cl, req).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    };
+    tracing::debug!(%method, %uri, status = resp.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
+    Ok(resp)
+}
+
+async fn read_body(body: Incoming) -> ApiResult<Bytes> {
+    match Limited::new(body, MAX_BODY).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                Err(ApiError::too_large())
+            } else {
+                Err(ApiError::bad_request(format!("reading the request body: {e}")))
+            }
+        }
+    }
+}
+
+async fn serve(cl: Arc<Cluster>, req: Request<Incoming>) -> ApiResult<Response<Body>> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let query = Query::parse(parts.uri.query());
+    let accept = header_str(&parts.headers, header::ACCEPT).map(str::to_string);
+    match path.as_str() {
+        "/healthz" | "/readyz" | "/livez" => {
+            let mut r = Response::new(full("ok"));
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            return Ok(r);
+        }
+        "/version" | "/version/" => return Ok(json_response(200, &crate::discovery::version(), Output::Json, &[])),
+        _ => {}
+    }
+    let Some(user) = authenticate(&cl, &parts.headers) else {
+        return Err(ApiError::unauthorized());
+    };
+    if let Some(gv) = path.strip_prefix("/openapi/v3/") {
+        let doc = crate::openapi::document(&cl.registry, gv.trim_end_matches('/'))?;
+        return Ok(json_response(200, &doc, Output::Json, &[]));
+    }
+    if path == "/openapi/v3" || path == "/openapi/v3/" {
+        return Ok(json_response(200, &crate::openapi::index(&cl.registry), Output::Json, &[]));
+    }
+    match request::parse_path(&path) {
+        PathKind::Discovery { group, version, legacy_core } => {
+            let output = request::negotiate(accept.as_deref(), true)?;
+            if parts.method != Method::GET {
+                return Err(ApiError::method_not_allowed(
+                    "the server does not allow this method on the requested resource",
+                ));
+            }
+            let v = match (legacy_core, group.as_deref(), version.as_deref(), output) {
+                (true, None, None, Output::AggregatedDiscovery { v2beta1 }) => {
+                    crate::discovery::aggregated(&cl.registry, true, v2beta1)
+                }
+                (false, None, None, Output::AggregatedDiscovery { v2beta1 }) => {
+                    crate::discovery::aggregated(&cl.registry, false, v2beta1)
+                }
+                (true, None, None, _) => crate::discovery::api_versions(&cl.server_url().replace("https://", "")),
+                (false, None, None, _) => crate::discovery::api_group_list(&cl.registry),
+                (true, None, Some(v), _) => crate::discovery::resource_list(&cl.registry, "", v)?,
+                (false, Some(g), None, _) => crate::discovery::api_group(&cl.registry, g)?,
+                (false, Some(g), Some(v), _) => crate::discovery::resource_list(&cl.registry, g, v)?,
+                _ => return Err(ApiError::not_found_path()),
+            };
+            let out = match output {
+                Output::AggregatedDiscovery { .. } if group.is_none() && version.is_none() => output,
+                Output::Yaml => Output::Yaml,
+                _ => Output::Json,
+            };
+            Ok(json_response(200, &v, out, &[]))
+        }
+        PathKind::Resource(rp) => {
+            let headers = parts.headers.clone();
+            resource(cl, parts.method, rp, query, &headers, accept.as_deref(), body, &user).await
+        }
+        PathKind::Other(_) => Err(ApiError::not_found_path()),
+    }
+}
+
+fn field_manager(q: &Query, headers: &HeaderMap) -> String {
+    crate::patch::apply::manager_or_user_agent(
+        q.get("fieldManager").unwrap_or(""),
+        header_str(headers, header::USER_AGENT).unwrap_or(""),
+    )
+}
+
+/// Decode a create/update body: JSON, YAML, or Kubernetes protobuf (what kubectl's typed
+/// clients send for built-in kinds).
+fn decode_object(def: &ResourceDef, headers: &HeaderMap, bytes: &[u8]) -> ApiResult<Value> {
+    let ct = header_str(headers, header::CONTENT_TYPE);
+    match request::body_format(ct)? {
+        BodyFormat::Json => request::decode_body(bytes, false),
+        BodyFormat::Yaml => request::decode_body(bytes, true),
+        BodyFormat::Protobuf => {
+            crate::protobuf::decode_with_defaults(bytes, &def.api_version(), &def.kind).map_err(|e| {
+                if e.is_unsupported() {
+                    ApiError::unsupported_media_type(ct.unwrap_or("")).with_message(format!("{e}"))
+                } else {
+                    ApiError::bad_request(e.to_string())
+                }
+            })
+        }
+        _ => Err(ApiError::unsupported_media_type(ct.unwrap_or(""))),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn resource(
+    cl: Arc<Cluster>,
+    method: Method,
+    rp: ResourcePath,
+    q: Query,
+    headers: &HeaderMap,
+    accept: Option<&str>,
+    body: Incoming,
+    _user: &User,
+) -> ApiResult<Response<Body>> {
+    let def = cl.registry.get(&rp.group, &rp.version, &rp.resource).ok_or_else(ApiError::not_found_path)?;
+    crate::hooks::check_subresource(&def, rp.subresource.as_deref())?;
+    let output = request::negotiate(accept, false)?;
+    // Cluster-scoped resources take no namespace, except /api/v1/namespaces/{name}.
+    let ns: Option<String> = if def.namespaced {
+        rp.namespace.clone()
+    } else {
+        if rp.namespace.is_some() && !(def.group.is_empty() && def.plural == "namespaces") {
+            return Err(ApiError::not_found_path());
+        }
+        None
+    };
+    let name = rp.name.clone();
+    let ns_str = ns.clone().unwrap_or_default();
+    let need_ns = || -> ApiResult<()> {
+        if def.namespaced && ns.is_none() {
+            return Err(ApiError::not_found_path());
+        }
+        Ok(())
+    };
+    let is_watch = rp.legacy_watch || q.flag("watch")?;
+    let write_opts = || -> ApiResult<WriteOpts> {
+        Ok(WriteOpts {
+            dry_run: q.dry_run()?,
+            field_manager: field_manager(&q, headers),
+            field_validation: FieldValidation::parse(q.get("fieldValidation"))?,
+            subresource: rp.subresource.clone(),
+            force: q.flag("force")?,
+            is_apply: false,
+        })
+    };
+    match (method, name) {
+        (Method::GET, None) if is_watch => {
+            let list_opts = ListOpts::parse(&def, q.get("labelSelector"), q.get("fieldSelector"))?;
+            watch_response(cl, def, ns, &q, list_opts, output)
+        }
+        (Method::GET, None) => {
+            let mut list_opts = ListOpts::parse(&def, q.get("labelSelector"), q.get("fieldSelector"))?;
+            list_opts.limit = q.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+            list_opts.continue_token = q.get("continue").map(str::to_string);
+            let r = ops::list(&cl, &def, ns.as_deref(), &list_opts)?;
+            let v = match output {
+                Output::Table => {
+                    let mut md = serde_json::Map::new();
+                    md.insert("resourceVersion".into(), r.resource_version.to_string().into());
+                    if let Some(c) = &r.continue_token {
+                        md.insert("continue".into(), c.clone().into());
+                    }
+                    crate::table::to_table(&def, &r.items, true, Some(Value::Object(md)))
+                }
+                Output::PartialObjectMetadataList | Output::PartialObjectMetadata => {
+                    let mut md = serde_json::Map::new();
+                    md.insert("resourceVersion".into(), r.resource_version.to_string().into());
+                    if let Some(c) = &r.continue_token {
+                        md.insert("continue".into(), c.clone().into());
+                    }
+                    crate::table::partial_metadata_list(&r.items, Value::Object(md))
+                }
+                _ => ops::list_object(&def, r),
+            };
+            Ok(json_response(200, &v, output, &[]))
+        }
+        (Method::GET, Some(name)) => {
+            need_ns()?;
+            let obj = match rp.subresource.as_deref() {
+                Some("scale") => crate::scale::get(&cl, &def, &ns_str, &name)?,
+                _ => ops::get(&cl, &def, &ns_str, &name)?,
+            };
+            Ok(json_response(200, &render_one(&def, obj, output), output, &[]))
+        }
+        (Method::POST, None) => {
+            need_ns()?;
+            let bytes = read_body(body).await?;
+            let obj = decode_object(&def, headers, &bytes)?;
+            let w = ops::create(&cl, &def, &ns_str, obj, &write_opts()?)?;
+            Ok(json_response(201, &render_one(&def, w.object, output), output, &w.warnings))
+        }
+        (Method::PUT, Some(name)) => {
+            need_ns()?;
+            let bytes = read_body(body).await?;
+            let obj = if rp.subresource.as_deref() == Some("scale") {
+                decode_scale(headers, &bytes)?
+            } else {
+                decode_object(&def, headers, &bytes)?
+            };
+            let w = ops::update(&cl, &def, &ns_str, &name, obj, &write_opts()?)?;
+            Ok(json_response(
+                if w.created { 201 } else { 200 },
+                &render_one(&def, w.object, output),
+                output,
+                &w.warnings,
+            ))
+        }
+        (Method::PATCH, Some(name)) => {
+            need_ns()?;
+            let bytes = read_body(body).await?;
+            let format = request::body_format(header_str(headers, header::CONTENT_TYPE))?;
+            let w = ops::patch(&cl, &def, &ns_str, &name, format, &bytes, &write_opts()?)?;
+            Ok(json_response(
+                if w.created { 201 } else { 200 },
+                &render_one(&def, w.object, output),
+                output,
+                &w.warnings,
+            ))
+        }
+        (Method::DELETE, Some(name)) => {
+            need_ns()?;
+            let bytes = read_body(body).await?;
+            let opts = delete_opts(&q, headers, &bytes)?;
+            let d = ops::delete(&cl, &def, &ns_str, &name, &opts)?;
+            let (code, v) = if !d.finished {
+                (202, d.object)
+            } else if def.return_deleted_object {
+                (200, d.object)
+            } else {
+                let (group, kind) = (def.group.clone(), def.plural.clone());
+                (200, crate::errors::success_status(&name, &group, &kind, crate::meta::uid(&d.object)))
+            };
+            Ok(json_response(code, &v, Output::Json, &[]))
+        }
+        (Method::DELETE, None) => {
+            let bytes = read_body(body).await?;
+            let opts = delete_opts(&q, headers, &bytes)?;
+            let list_opts = ListOpts::parse(&def, q.get("labelSelector"), q.get("fieldSelector"))?;
+            let r = ops::delete_collection(&cl, &def, ns.as_deref(), &list_opts, &opts)?;
+            Ok(json_response(200, &ops::list_object(&def, r), Output::Json, &[]))
+        }
+        (Method::POST, Some(_)) | (Method::PUT, None) | (Method::PATCH, None) | (_, _) => {
+            Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"))
+        }
+    }
+}
+
+fn decode_scale(headers: &HeaderMap, bytes: &[u8]) -> ApiResult<Value> {
+    match request::body_format(header_str(headers, header::CONTENT_TYPE))? {
+        BodyFormat::Protobuf => crate::protobuf::decode_with_defaults(bytes, "autoscaling/v1", "Scale")
+            .map_err(|e| ApiError::bad_request(e.to_string())),
+        BodyFormat::Yaml => request::decode_body(bytes, true),
+        _ => request::decode_body(bytes, false),
+    }
+}
+
+fn delete_opts(q: &Query, headers: &HeaderMap, body: &[u8]) -> ApiResult<DeleteOpts> {
+    let body_v = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else if request::body_format(header_str(headers, header::CONTENT_TYPE)).ok() == Some(BodyFormat::Protobuf) {
+        Some(
+            crate::protobuf::decode_with_defaults(body, "meta.k8s.io/v1", "DeleteOptions")
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        )
+    } else {
+        Some(request::decode_body(body, false)?)
+    };
+    let mut opts = DeleteOpts::from_body(body_v.as_ref())?;
+    if let Some(p) = q.get("propagationPolicy") {
+        opts.propagation_policy = Some(p.to_string());
+    }
+    if q.get("orphanDependents").is_some() && opts.propagation_policy.is_none() {
+        opts.propagation_policy = Some(if q.flag("orphanDependents")? { "Orphan" } else { "Background" }.into());
+    }
+    if let Some(g) = q.int("gracePeriodSeconds")? {
+        opts.grace_period_seconds = Some(g);
+    }
+    opts.dry_run = opts.dry_run || q.dry_run()?;
+    Ok(opts)
+}
+
+fn render_one(def: &ResourceDef, obj: Value, output: Output) -> Value {
+    match output {
+        Output::Table => crate::table::to_table(def, std::slice::from_ref(&obj), true, None),
+        Output::PartialObjectMetadata | Output::PartialObjectMetadataList => crate::table::partial_metadata(&obj),
+        _ => obj,
+    }
+}
+
+fn watch_response(
+    cl: Arc<Cluster>,
+    def: Arc<ResourceDef>,
+    ns: Option<String>,
+    q: &Query,
+    list_opts: ListOpts,
+    output: Output,
+) -> ApiResult<Response<Body>> {
+    let send_initial = match q.get("sendInitialEvents") {
+        Some(_) => Some(q.flag("sendInitialEvents")?),
+        None => None,
+    };
+    let allow_bookmarks = q.flag("allowWatchBookmarks")?;
+    let rv_param = q.get("resourceVersion");
+    if send_initial == Some(true) {
+        let mut errs = vec![];
+        if q.get("resourceVersionMatch") != Some("NotOlderThan") {
+            errs.push(crate::field::FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !allow_bookmarks {
+            errs.push(crate::field::FieldError::forbidden(
+                "allowWatchBookmarks",
+                "allowWatchBookmarks must be set to true when sendInitialEvents is set",
+            ));
+        }
+        if !errs.is_empty() {
+            return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", &errs));
+        }
+    }
+    let start = match (send_initial, rv_param) {
+        (Some(true), _) => Start::InitialState,
+        (Some(false), None) => Start::After(cl.store.current_rv()),
+        (None, None) | (None, Some("0")) | (Some(false), Some("0")) => Start::InitialState,
+        (_, Some(rv)) => Start::After(rv.parse().map_err(|_| {
+            ApiError::invalid(
+                "meta.k8s.io",
+                "ListOptions",
+                "",
+                &[crate::field::FieldError::invalid("resourceVersion", rv, "must be a valid resource version")],
+            )
+        })?),
+    };
+    let timeout = q
+        .int("timeoutSeconds")?
+        .filter(|t| *t > 0)
+        .map(|t| Duration::from_secs(t as u64))
+        .unwrap_or(Duration::from_secs(1800));
+    let params = WatchParams {
+        start,
+        send_initial_events: send_initial == Some(true),
+        allow_bookmarks,
+        timeout,
+        namespace: ns,
+        list_opts,
+        output,
+    };
+    let rx = watch::start(cl, def, params);
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), rx))
+    });
+    let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    let _ = json!({});
+    Ok(resp)
+}

@@ -1,0 +1,208 @@
+//! devcluster: an embedded Kubernetes API server for tests and demos.
+//!
+//! It speaks the real Kubernetes REST and watch protocol over HTTPS, so `kubectl` and
+//! `kube::Client` use it exactly as they use a real cluster. It is not a production cluster:
+//! it binds to loopback by default, its credentials are random per start (or kept in its data
+//! directory), and it simulates what a cluster does rather than running containers.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! let cluster = devcluster::DevCluster::start().await?;
+//! let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::default_namespaced(cluster.client());
+//! let list = pods.list(&Default::default()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod api;
+pub mod bootstrap;
+pub mod builtin;
+pub mod cluster;
+pub mod controllers;
+pub mod convert;
+pub mod crd;
+pub mod discovery;
+pub mod duration;
+pub mod errors;
+pub mod field;
+pub mod hooks;
+pub mod jsonpath;
+pub mod meta;
+pub mod openapi;
+pub mod ops;
+pub mod patch;
+pub mod patching;
+pub mod protobuf;
+pub mod registry;
+pub mod request;
+pub mod scale;
+pub mod schema;
+pub mod selector;
+pub mod server;
+pub mod store;
+pub mod table;
+pub mod tls;
+pub mod validation;
+pub mod watch;
+
+pub use cluster::{Cluster, Options};
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// A running devcluster. It serves on its own threads, so tests may block (run `kubectl`, for
+/// instance) without stalling it. Dropping the handle shuts it down.
+pub struct DevCluster {
+    cluster: Arc<Cluster>,
+    addr: SocketAddr,
+    url: String,
+    kubeconfig: String,
+    kubeconfig_dir: tempfile::TempDir,
+    client: kube::Client,
+    stop: tokio::sync::watch::Sender<bool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for DevCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevCluster").field("url", &self.url).finish()
+    }
+}
+
+impl DevCluster {
+    /// Start a cluster on a free loopback port, in memory.
+    pub async fn start() -> anyhow::Result<DevCluster> {
+        Self::start_with(Options::default()).await
+    }
+
+    /// Start a cluster with options (a data directory, a fixed address, ...).
+    pub async fn start_with(options: Options) -> anyhow::Result<DevCluster> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let thread = std::thread::Builder::new().name("devcluster".into()).spawn(move || {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("devcluster-worker")
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(anyhow::anyhow!("starting the devcluster runtime: {e}")));
+                    return;
+                }
+            };
+            rt.block_on(run(options, ready_tx, stop_rx));
+        })?;
+        let (cluster, addr) = match ready_rx.await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                anyhow::bail!("devcluster stopped before it was ready");
+            }
+        };
+        let url = format!("https://{addr}");
+        let kubeconfig = cluster.creds.kubeconfig(&url);
+        let kubeconfig_dir = tempfile::tempdir()?;
+        std::fs::write(kubeconfig_dir.path().join("kubeconfig"), &kubeconfig)?;
+        let client = client_for(&kubeconfig).await?;
+        Ok(DevCluster { cluster, addr, url, kubeconfig, kubeconfig_dir, client, stop, thread: Some(thread) })
+    }
+
+    /// A ready client authenticated as the admin user, default namespace `default`.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// `https://127.0.0.1:PORT`
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The kubeconfig (YAML) for the admin user.
+    pub fn kubeconfig_yaml(&self) -> &str {
+        &self.kubeconfig
+    }
+
+    /// A kubeconfig file for `KUBECONFIG=... kubectl`, removed with the handle.
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.kubeconfig_dir.path().join("kubeconfig")
+    }
+
+    /// Write the kubeconfig somewhere else.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, &self.kubeconfig)
+    }
+
+    /// The cluster's state, for tests that look underneath the API (compacting the watch
+    /// history, counting writes).
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// Stop serving and wait until every thread has finished.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// A kube client for a kubeconfig.
+pub async fn client_for(kubeconfig_yaml: &str) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+type Ready = anyhow::Result<(Arc<Cluster>, SocketAddr)>;
+
+/// Bind, bootstrap, signal readiness, serve until stopped.
+pub async fn run(
+    options: Options,
+    ready: tokio::sync::oneshot::Sender<Ready>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let setup = async {
+        let listener = tokio::net::TcpListener::bind(options.listen).await?;
+        let addr = listener.local_addr()?;
+        let cluster = Arc::new(Cluster::new(options)?);
+        let _ = cluster.server_url.set(format!("https://{addr}"));
+        let tls = cluster.creds.server_config(&[addr.ip()])?;
+        bootstrap::run(&cluster);
+        controllers::resync(&cluster);
+        anyhow::Ok((cluster, addr, listener, tls))
+    };
+    match setup.await {
+        Err(e) => {
+            let _ = ready.send(Err(e));
+        }
+        Ok((cluster, addr, listener, tls)) => {
+            let ctl = tokio::spawn(controllers::run(cluster.clone(), stop.clone()));
+            let _ = ready.send(Ok((cluster.clone(), addr)));
+            server::serve(cluster, listener, tls, stop).await;
+            ctl.abort();
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! `devcluster`: run the embedded Kubernetes API server.
+
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "devcluster",
+    version,
+    about = "An embedded Kubernetes API server for tests and demos (not a production cluster)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the Kubernetes API over HTTPS until interrupted.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on (loopback by default; port 0 picks a free port).
+    #[arg(long, env = "DEVCLUSTER_LISTEN", default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Where to write the admin kubeconfig once the server is ready
+    /// [default: DATA_DIR/kubeconfig, or ./devcluster.kubeconfig without a data dir].
+    #[arg(long, env = "DEVCLUSTER_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Keep objects, the CA and the admin token here; state survives restarts and crashes.
+    /// Without it, everything lives in memory and credentials are random per start.
+    #[arg(long, env = "DEVCLUSTER_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Number of changes kept for watches resuming from an older resourceVersion; older ones get
+    /// 410 Gone.
+    #[arg(long, env = "DEVCLUSTER_HISTORY", default_value_t = 100_000)]
+    history: usize,
+    /// Seconds between bookmarks on watches that allow them.
+    #[arg(long, env = "DEVCLUSTER_BOOKMARK_INTERVAL", default_value_t = 60)]
+    bookmark_interval: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let kubeconfig_path = args.kubeconfig.clone().unwrap_or_else(|| match &args.data_dir {
+            Some(d) => d.join("kubeconfig"),
+            None => PathBuf::from("devcluster.kubeconfig"),
+        });
+        let options = devcluster::Options {
+            listen: args.listen,
+            data_dir: args.data_dir.clone(),
+            history: args.history,
+            bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval.max(1)),
+        };
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(devcluster::run(options, ready_tx, stop_rx));
+        let (cluster, addr) = match ready_rx.await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(e.context(format!("devcluster could not start on {}", args.listen))),
+            Err(_) => anyhow::bail!("devcluster stopped before it was ready"),
+        };
+        let url = format!("https://{addr}");
+        write_private(&kubeconfig_path, &cluster.creds.kubeconfig(&url))
+            .map_err(|e| anyhow::anyhow!("writing the kubeconfig to {}: {e}", kubeconfig_path.display()))?;
+        let abs = std::fs::canonicalize(&kubeconfig_path).unwrap_or(kubeconfig_path.clone());
+        tracing::info!(%url, kubeconfig = %abs.display(), "devcluster ready");
+        println!("devcluster is serving the Kubernetes API at {url}");
+        println!("kubeconfig for user admin written to {}", abs.display());
+        println!("  export KUBECONFIG={}", abs.display());
+        println!("  kubectl get namespaces");
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+        let _ = server.await;
+        Ok(())
+    })
+}
+
+fn write_private(path: &std::path::Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.write_all(content.as_bytes())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,847 @@
+//! The verbs and their semantics, independent of HTTP: what get, list, create, update, patch and
+//! delete do to the store, as the apiserver's generic registry does them. The HTTP layer
+//! (`api.rs`) and the cluster's own controllers both call these.
+
+use crate::cluster::Cluster;
+use crate::convert;
+use crate::errors::{ApiError, ApiResult};
+use crate::field::FieldError;
+use crate::meta;
+use crate::registry::ResourceDef;
+use crate::request::BodyFormat;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{StoreError, object_rv};
+use base64::Engine;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+/// `fieldValidation`: what to do with fields the schema does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+impl FieldValidation {
+    pub fn parse(v: Option<&str>) -> ApiResult<Self> {
+        match v {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation parameter unsupported: {other:?}; supported values: \"Ignore\", \"Warn\", \"Strict\""
+            ))),
+        }
+    }
+}
+
+/// Options of a write.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOpts {
+    pub dry_run: bool,
+    pub field_manager: String,
+    pub field_validation: FieldValidation,
+    pub subresource: Option<String>,
+    /// Server-side apply: take ownership of conflicting fields.
+    pub force: bool,
+    /// This write is a server-side apply (which records field ownership itself).
+    pub is_apply: bool,
+}
+
+impl WriteOpts {
+    pub fn system(manager: &str) -> Self {
+        WriteOpts { field_manager: manager.to_string(), ..Default::default() }
+    }
+}
+
+/// The result of a write: the object as served, warnings for the `Warning` header, and whether it
+/// was created.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub object: Value,
+    pub warnings: Vec<String>,
+    pub created: bool,
+}
+
+/// Selectors and paging of a list or watch.
+#[derive(Debug, Clone, Default)]
+pub struct ListOpts {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+}
+
+impl ListOpts {
+    /// Parse the selectors, rejecting field labels the kind does not support.
+    pub fn parse(def: &ResourceDef, label_selector: Option<&str>, field_selector: Option<&str>) -> ApiResult<Self> {
+        let labels = match label_selector {
+            Some(s) => LabelSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?,
+            None => LabelSelector::everything(),
+        };
+        let fields = match field_selector {
+            Some(s) => FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?,
+            None => FieldSelector::default(),
+        };
+        for r in fields.requirements() {
+            if def.field_label_path(&r.field).is_none() {
+                return Err(ApiError::bad_request(format!("field label not supported: {}", r.field)));
+            }
+        }
+        Ok(ListOpts { labels, fields, limit: None, continue_token: None })
+    }
+
+    /// Does a stored object match the selectors?
+    pub fn matches(&self, def: &ResourceDef, stored: &Value) -> bool {
+        if !self.labels.matches(meta::labels(stored)) {
+            return false;
+        }
+        if self.fields.requirements().is_empty() {
+            return true;
+        }
+        self.fields.matches(&|label: &str| {
+            let path = def.field_label_path(label)?;
+            meta::field_string(stored, &path)
+        })
+    }
+}
+
+/// One page of a list.
+#[derive(Debug, Clone)]
+pub struct ListResult {
+    pub items: Vec<Value>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<u64>,
+}
+
+fn store_err(def: &ResourceDef, name: &str, e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound => ApiError::not_found(&def.group, &def.plural, name),
+        StoreError::AlreadyExists => ApiError::already_exists(&def.group, &def.plural, name),
+        StoreError::Conflict { .. } => ApiError::stale(&def.group, &def.plural, name),
+        StoreError::Gone { requested, oldest } => {
+            ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
+        }
+        StoreError::Io(msg) => ApiError::internal(msg),
+    }
+}
+
+/// The namespace a request acts in: "" for cluster-scoped kinds.
+pub fn scope_namespace<'a>(def: &ResourceDef, ns: Option<&'a str>) -> &'a str {
+    if def.namespaced { ns.unwrap_or("") } else { "" }
+}
+
+pub fn get(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str) -> ApiResult<Value> {
+    cl.store
+        .get(&def.storage, ns, name)
+        .map(|o| convert::from_storage(def, &o))
+        .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    rv: u64,
+    ns: String,
+    name: String,
+}
+
+pub fn list(cl: &Cluster, def: &ResourceDef, ns: Option<&str>, opts: &ListOpts) -> ApiResult<ListResult> {
+    let after = match &opts.continue_token {
+        Some(t) => {
+            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(t)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<ContinueToken>(&b).ok())
+                .ok_or_else(|| ApiError::bad_request("continue key is not valid: illegal base64 data or JSON"))?;
+            Some(bytes)
+        }
+        None => None,
+    };
+    let keep = |o: &Value| opts.matches(def, o);
+    let limit = opts.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+    let (items, more, rv) =
+        cl.store.list_page(&def.storage, ns, after.as_ref().map(|t| (t.ns.as_str(), t.name.as_str())), limit, &keep);
+    let rv = after.as_ref().map_or(rv, |t| t.rv);
+    let continue_token = if more {
+        items.last().map(|last| {
+            let t = ContinueToken { rv, ns: meta::namespace(last).to_string(), name: meta::name(last).to_string() };
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&t).unwrap_or_default())
+        })
+    } else {
+        None
+    };
+    let items = items.iter().map(|o| convert::from_storage(def, o)).collect();
+    Ok(ListResult { items, resource_version: rv, continue_token, remaining: None })
+}
+
+/// Check the body is an object of the endpoint's kind; fill in apiVersion/kind when absent.
+fn check_type(def: &ResourceDef, body: Value, expect_kind: &str) -> ApiResult<Value> {
+    let Value::Object(mut m) = body else {
+        return Err(ApiError::bad_request(format!(
+            "the body of the request must be a JSON or YAML object of kind {expect_kind}"
+        )));
+    };
+    let want_av = if expect_kind == "Scale" { "autoscaling/v1".to_string() } else { def.api_version() };
+    match m.get("apiVersion") {
+        None | Some(Value::Null) => {
+            m.insert("apiVersion".into(), want_av.clone().into());
+        }
+        Some(Value::String(av)) if *av == want_av => {}
+        Some(Value::String(av)) if av.is_empty() => {
+            m.insert("apiVersion".into(), want_av.clone().into());
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({}) does not match the expected API version ({want_av})",
+                other.as_str().unwrap_or(&other.to_string())
+            )));
+        }
+    }
+    match m.get("kind") {
+        None | Some(Value::Null) => {
+            m.insert("kind".into(), expect_kind.into());
+        }
+        Some(Value::String(k)) if k == expect_kind => {}
+        Some(Value::String(k)) if k.is_empty() => {
+            m.insert("kind".into(), expect_kind.into());
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({}) does not match the expected kind ({expect_kind})",
+                other.as_str().unwrap_or(&other.to_string())
+            )));
+        }
+    }
+    match m.get("metadata") {
+        None | Some(Value::Null) => {
+            m.insert("metadata".into(), json!({}));
+        }
+        Some(Value::Object(_)) => {}
+        Some(_) => return Err(ApiError::bad_request("metadata: must be an object")),
+    }
+    Ok(Value::Object(m))
+}
+
+/// Admission of the namespace: it must exist and not be terminating (NamespaceLifecycle).
+fn admit_namespace(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str) -> ApiResult<()> {
+    if !def.namespaced {
+        return Ok(());
+    }
+    let Some(nsobj) = cl.store.get(&crate::registry::GroupResource::new("", "namespaces"), "", ns) else {
+        return Err(ApiError::not_found("", "namespaces", ns));
+    };
+    if meta::is_deleting(&nsobj) || nsobj.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
+        return Err(ApiError::forbidden(
+            &def.group,
+            &def.plural,
+            name,
+            &format!("unable to create new content in namespace {ns} because it is being terminated"),
+        ));
+    }
+    Ok(())
+}
+
+/// Prune unknown fields, default, validate: what happens to every object written.
+fn normalize(
+    cl: &Cluster,
+    def: &ResourceDef,
+    obj: &mut Value,
+    old: Option<&Value>,
+    opts: &WriteOpts,
+) -> ApiResult<Vec<String>> {
+    let mut warnings = vec![];
+    let unknown = crate::validation::prune(def, obj);
+    if !unknown.is_empty() {
+        match opts.field_validation {
+            FieldValidation::Strict => {
+                let parts: Vec<String> = unknown.iter().map(|p| format!("unknown field {p:?}")).collect();
+                return Err(ApiError::bad_request(format!("strict decoding error: {}", parts.join(", "))));
+            }
+            FieldValidation::Warn => warnings.extend(unknown.iter().map(|p| format!("unknown field {p:?}"))),
+            FieldValidation::Ignore => {}
+        }
+    }
+    crate::validation::decode_check(def, obj).map_err(ApiError::bad_request)?;
+    crate::validation::default(def, obj);
+    let errs: Vec<FieldError> = crate::validation::validate(cl, def, obj, old);
+    if !errs.is_empty() {
+        return Err(ApiError::invalid(&def.group, &def.kind, meta::name(obj), &errs));
+    }
+    Ok(warnings)
+}
+
+fn without_volatile(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
+            for e in mf {
+                if let Some(em) = e.as_object_mut() {
+                    em.remove("time");
+                }
+            }
+        }
+    }
+    o
+}
+
+/// The parts of an object whose change bumps `metadata.generation`.
+fn spec_part(def: &ResourceDef, obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("apiVersion");
+        m.remove("kind");
+        if def.status {
+            m.remove("status");
+        }
+    }
+    o
+}
+
+pub fn create(cl: &Cluster, def: &ResourceDef, ns: &str, body: Value, opts: &WriteOpts) -> ApiResult<Written> {
+    let mut obj = check_type(def, body, &def.kind)?;
+    let now = meta::now();
+    {
+        let Some(m) = meta::meta_mut(&mut obj) else { return Err(ApiError::bad_request("the body must be an object")) };
+        match (def.namespaced, m.get("namespace").and_then(Value::as_str)) {
+            (true, None | Some("")) => {
+                m.insert("namespace".into(), ns.into());
+            }
+            (true, Some(n)) if n != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            (false, _) => {
+                m.remove("namespace");
+            }
+            _ => {}
+        }
+        let name = m.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty()
+            && let Some(prefix) = m.get("generateName").and_then(Value::as_str).filter(|p| !p.is_empty())
+        {
+            let generated = meta::generate_name(prefix);
+            m.insert("name".into(), generated.into());
+        }
+        m.insert("uid".into(), meta::new_uid().into());
+        m.insert("creationTimestamp".into(), now.clone().into());
+        for k in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+            m.remove(k);
+        }
+        if def.generation {
+            m.insert("generation".into(), 1.into());
+        } else {
+            m.remove("generation");
+        }
+    }
+    if def.status
+        && opts.subresource.is_none()
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.remove("status");
+    }
+    if !def.is_custom() {
+        crate::builtin::defaults::prepare_for_create(&def.group, &def.kind, &mut obj);
+    }
+    let name = meta::name(&obj).to_string();
+    admit_namespace(cl, def, ns, &name)?;
+    let warnings = normalize(cl, def, &mut obj, None, opts)?;
+    crate::hooks::before_write(cl, def, &mut obj, None)?;
+    if !opts.is_apply {
+        let api_version = def.api_version();
+        crate::patch::apply::record_update(
+            None,
+            &mut obj,
+            &opts.field_manager,
+            opts.subresource.as_deref(),
+            crate::patching::schema_of(def),
+            &api_version,
+            &now,
+        );
+    }
+    let mut stored = convert::to_storage(def, obj);
+    meta::canonicalize(&mut stored, def.is_custom());
+    if opts.dry_run {
+        return Ok(Written { object: convert::from_storage(def, &stored), warnings, created: true });
+    }
+    let saved = cl.store.create(&def.storage, ns, &name, stored).map_err(|e| store_err(def, &name, e))?;
+    crate::hooks::after_write(cl, def, &saved, None);
+    Ok(Written { object: convert::from_storage(def, &saved), warnings, created: true })
+}
+
+/// Build the new stored object of an update from the current one and what the client sent.
+fn prepare_update(def: &ResourceDef, cur: &Value, mut new: Value, subresource: Option<&str>) -> Value {
+    match subresource {
+        Some("finalize") => {
+            // /finalize changes only spec.finalizers (namespaces).
+            let mut out = cur.clone();
+            let fins = new.pointer("/spec/finalizers").cloned().unwrap_or(Value::Array(vec![]));
+            if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("finalizers".into(), fins);
+            }
+            return out;
+        }
+        Some("status") => {
+            // /status changes only the status.
+            let mut out = cur.clone();
+            if let Some(m) = out.as_object_mut() {
+                match new.get_mut("status").map(Value::take) {
+                    Some(s) if !s.is_null() => {
+                        m.insert("status".into(), s);
+                    }
+                    _ => {
+                        m.remove("status");
+                    }
+                }
+            }
+            return out;
+        }
+        _ => {
+            if def.status
+                && let Some(m) = new.as_object_mut()
+            {
+                match cur.get("status") {
+                    Some(s) => {
+                        m.insert("status".into(), s.clone());
+                    }
+                    None => {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+    }
+    // Fields the client cannot change.
+    let cur_meta = cur.get("metadata").cloned().unwrap_or_default();
+    if let Some(m) = meta::meta_mut(&mut new) {
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "namespace",
+            "name",
+        ] {
+            match cur_meta.get(k) {
+                Some(v) => {
+                    m.insert(k.into(), v.clone());
+                }
+                None => {
+                    m.remove(k);
+                }
+            }
+        }
+        m.remove("selfLink");
+    }
+    crate::hooks::preserve_on_update(def, cur, &mut new);
+    new
+}
+
+/// Builds the object to write (and whether the client pinned a resourceVersion) from the current
+/// one, or from nothing when the object does not exist.
+type Compute<'a> = dyn Fn(Option<&Value>) -> ApiResult<(Value, bool)> + 'a;
+
+/// The write shared by update and patch: `compute` builds the new served object from the current
+/// served object; conflicts on the store's compare-and-swap are retried unless the client
+/// pinned a resourceVersion.
+fn guaranteed_update(
+    cl: &Cluster,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    opts: &WriteOpts,
+    compute: &Compute,
+) -> ApiResult<Written> {
+    for _ in 0..32 {
+        let cur_stored = cl.store.get(&def.storage, ns, name);
+        let cur = cur_stored.as_ref().map(|o| convert::from_storage(def, o));
+        let (body, pinned) = compute(cur.as_ref())?;
+        let Some(cur) = cur else {
+            // Create on update (PUT of a missing object where the kind allows it, or apply).
+            let mut w = create(cl, def, ns, body, opts)?;
+            w.created = true;
+            return Ok(w);
+        };
+        let cur_rv = object_rv(&cur);
+        let mut new = prepare_update(def, &cur, body, opts.subresource.as_deref());
+        let warnings = normalize(cl, def, &mut new, Some(&cur), opts)?;
+        // No new finalizers on an object being deleted.
+        if meta::is_deleting(&cur) {
+            let old_f = meta::finalizers(&cur);
+            let added: Vec<String> = meta::finalizers(&new).into_iter().filter(|f| !old_f.contains(f)).collect();
+            if !added.is_empty() {
+                let list = added.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ");
+                return Err(ApiError::invalid(
+                    &def.group,
+                    &def.kind,
+                    name,
+                    &[FieldError::forbidden(
+                        "metadata.finalizers",
+                        format!(
+                            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{list}}}"
+                        ),
+                    )],
+                ));
+            }
+        }
+        if def.generation && spec_part(def, &cur) != spec_part(def, &new) {
+            let g = cur.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+            if let Some(m) = meta::meta_mut(&mut new) {
+                m.insert("generation".into(), (g + 1).into());
+            }
+        }
+        crate::hooks::before_write(cl, def, &mut new, Some(&cur))?;
+        if !opts.is_apply {
+            let api_version = def.api_version();
+            crate::patch::apply::record_update(
+                Some(&cur),
+                &mut new,
+                &opts.field_manager,
+                opts.subresource.as_deref(),
+                crate::patching::schema_of(def),
+                &api_version,
+                &meta::now(),
+            );
+        }
+        let mut stored = convert::to_storage(def, new);
+        meta::canonicalize(&mut stored, def.is_custom());
+        let cur_stored = cur_stored.map(|a| (*a).clone()).unwrap_or_default();
+        if without_volatile(&stored) == without_volatile(&cur_stored) {
+            // Nothing changed: nothing is written and the resourceVersion stays.
+            return Ok(Written { object: cur, warnings, created: false });
+        }
+        if opts.dry_run {
+            return Ok(Written { object: convert::from_storage(def, &stored), warnings, created: false });
+        }
+        // Removing the last finalizer of an object being deleted deletes it.
+        if meta::is_deleting(&stored) && !crate::hooks::deletion_blocked(def, &stored) {
+            return match cl.store.delete(&def.storage, ns, name, Some(cur_rv)) {
+                Ok(gone) => {
+                    crate::hooks::after_delete(cl, def, &gone);
+                    Ok(Written { object: convert::from_storage(def, &gone), warnings, created: false })
+                }
+                Err(StoreError::Conflict { .. }) if !pinned => continue,
+                Err(e) => Err(store_err(def, name, e)),
+            };
+        }
+        match cl.store.update(&def.storage, ns, name, cur_rv, stored) {
+            Ok(saved) => {
+                crate::hooks::after_write(cl, def, &saved, Some(&cur_stored));
+                return Ok(Written { object: convert::from_storage(def, &saved), warnings, created: false });
+            }
+            Err(StoreError::Conflict { .. }) if !pinned => continue,
+            Err(e) => return Err(store_err(def, name, e)),
+        }
+    }
+    Err(ApiError::conflict(&def.group, &def.plural, name, "too many concurrent writes; try again"))
+}
+
+fn body_rv(body: &Value) -> Option<u64> {
+    match body.pointer("/metadata/resourceVersion") {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.parse().unwrap_or(u64::MAX)),
+        _ => None,
+    }
+}
+
+/// PUT: replace the object (or its status) with the body.
+pub fn update(
+    cl: &Cluster,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    body: Value,
+    opts: &WriteOpts,
+) -> ApiResult<Written> {
+    if opts.subresource.as_deref() == Some("scale") {
+        return crate::scale::update(cl, def, ns, name, body, opts);
+    }
+    let body = check_type(def, body, &def.kind)?;
+    let body_name = meta::name(&body);
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if def.namespaced {
+        let body_ns = meta::namespace(&body);
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    }
+    let want_rv = body_rv(&body);
+    let compute = |cur: Option<&Value>| -> ApiResult<(Value, bool)> {
+        let mut b = body.clone();
+        match cur {
+            None => {
+                if !def.create_on_update || opts.subresource.is_some() {
+                    return Err(ApiError::not_found(&def.group, &def.plural, name));
+                }
+                if let Some(m) = meta::meta_mut(&mut b) {
+                    m.insert("name".into(), name.into());
+                    m.remove("resourceVersion");
+                }
+                Ok((b, true))
+            }
+            Some(cur) => {
+                if let Some(rv) = want_rv
+                    && rv != object_rv(cur)
+                {
+                    return Err(ApiError::stale(&def.group, &def.plural, name));
+                }
+                Ok((b, want_rv.is_some()))
+            }
+        }
+    };
+    guaranteed_update(cl, def, ns, name, opts, &compute)
+}
+
+/// PATCH: apply a JSON patch, merge patch, strategic merge patch or server-side apply.
+pub fn patch(
+    cl: &Cluster,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    format: BodyFormat,
+    body: &[u8],
+    opts: &WriteOpts,
+) -> ApiResult<Written> {
+    if opts.subresource.as_deref() == Some("scale") {
+        return crate::scale::patch(cl, def, ns, name, format, body, opts);
+    }
+    let patch_doc: Value = match format {
+        BodyFormat::ApplyPatch => crate::request::decode_body(body, true)?,
+        BodyFormat::Json | BodyFormat::Yaml => {
+            return Err(ApiError::unsupported_media_type(if format == BodyFormat::Json {
+                "application/json"
+            } else {
+                "application/yaml"
+            }));
+        }
+        _ => crate::request::decode_body(body, false)?,
+    };
+    if format == BodyFormat::StrategicMergePatch && def.is_custom() {
+        return Err(ApiError::unsupported_media_type("application/strategic-merge-patch+json"));
+    }
+    let opts = &WriteOpts { is_apply: format == BodyFormat::ApplyPatch, ..opts.clone() };
+    let compute = |cur: Option<&Value>| -> ApiResult<(Value, bool)> {
+        crate::patching::apply_patch(cl, def, name, format, &patch_doc, cur, opts)
+    };
+    guaranteed_update(cl, def, ns, name, opts, &compute)
+}
+
+/// The body of a DELETE (`DeleteOptions`).
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOpts {
+    pub propagation_policy: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+    pub grace_period_seconds: Option<i64>,
+    pub dry_run: bool,
+}
+
+impl DeleteOpts {
+    pub fn from_body(body: Option<&Value>) -> ApiResult<Self> {
+        let mut o = DeleteOpts::default();
+        let Some(b) = body else { return Ok(o) };
+        if !b.is_object() {
+            return Err(ApiError::bad_request("the body of a delete must be a DeleteOptions object"));
+        }
+        o.propagation_policy = b.get("propagationPolicy").and_then(Value::as_str).map(str::to_string);
+        if o.propagation_policy.is_none()
+            && let Some(orphan) = b.get("orphanDependents").and_then(Value::as_bool)
+        {
+            o.propagation_policy = Some(if orphan { "Orphan" } else { "Background" }.to_string());
+        }
+        o.precondition_uid = b.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
+        o.precondition_rv = b.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
+        o.grace_period_seconds = b.get("gracePeriodSeconds").and_then(Value::as_i64);
+        o.dry_run = b.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All"));
+        Ok(o)
+    }
+}
+
+/// The result of a delete: the object's last state, and whether it is gone (false: it waits for
+/// finalizers, answered with 202).
+#[derive(Debug, Clone)]
+pub struct Deleted {
+    pub object: Value,
+    pub finished: bool,
+}
+
+pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &DeleteOpts) -> ApiResult<Deleted> {
+    if let Some(p) = &opts.propagation_policy
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            &[FieldError::not_supported("propagationPolicy", p.as_str(), &["Foreground", "Background", "Orphan"])],
+        ));
+    }
+    for _ in 0..32 {
+        let Some(cur) = cl.store.get(&def.storage, ns, name) else {
+            return Err(ApiError::not_found(&def.group, &def.plural, name));
+        };
+        let cur_rv = object_rv(&cur);
+        if let Some(uid) = &opts.precondition_uid
+            && uid != meta::uid(&cur)
+        {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&cur)),
+            ));
+        }
+        if let Some(rv) = &opts.precondition_rv
+            && *rv != cur_rv.to_string()
+        {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {cur_rv}"
+                ),
+            ));
+        }
+        let mut finalizers = meta::finalizers(&cur);
+        let policy_finalizer = match opts.propagation_policy.as_deref() {
+            Some("Orphan") => Some("orphan"),
+            Some("Foreground") => Some("foregroundDeletion"),
+            _ => crate::hooks::default_delete_finalizer(def),
+        };
+        let mut changed = false;
+        if let Some(pf) = policy_finalizer
+            && !finalizers.iter().any(|f| f == pf)
+            && !meta::is_deleting(&cur)
+        {
+            finalizers.push(pf.to_string());
+            changed = true;
+        }
+        let extra = crate::hooks::deletion_finalizers(def, &cur);
+        for f in extra {
+            if !finalizers.contains(&f) && !meta::is_deleting(&cur) {
+                finalizers.push(f);
+                changed = true;
+            }
+        }
+        let mut marked = (*cur).clone();
+        if let Some(m) = meta::meta_mut(&mut marked) {
+            m.insert("finalizers".into(), finalizers.iter().map(|f| Value::from(f.as_str())).collect());
+        }
+        if !crate::hooks::deletion_blocked(def, &marked) {
+            if opts.dry_run {
+                return Ok(Deleted { object: convert::from_storage(def, &cur), finished: true });
+            }
+            match cl.store.delete(&def.storage, ns, name, Some(cur_rv)) {
+                Ok(gone) => {
+                    crate::hooks::after_delete(cl, def, &gone);
+                    return Ok(Deleted { object: convert::from_storage(def, &gone), finished: true });
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(store_err(def, name, e)),
+            }
+        }
+        if meta::is_deleting(&cur) && !changed {
+            return Ok(Deleted { object: convert::from_storage(def, &cur), finished: false });
+        }
+        // Graceful: mark it deleting; it goes when its finalizers are gone.
+        let mut next = marked;
+        if let Some(m) = meta::meta_mut(&mut next) {
+            if !m.contains_key("deletionTimestamp") {
+                m.insert("deletionTimestamp".into(), meta::now().into());
+                m.insert("deletionGracePeriodSeconds".into(), 0.into());
+                if def.generation {
+                    let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
+                    m.insert("generation".into(), (g + 1).into());
+                }
+            }
+            if finalizers.is_empty() {
+                m.remove("finalizers");
+            }
+        }
+        crate::hooks::on_deleting(def, &mut next);
+        meta::canonicalize(&mut next, def.is_custom());
+        if opts.dry_run {
+            return Ok(Deleted { object: convert::from_storage(def, &next), finished: false });
+        }
+        match cl.store.update(&def.storage, ns, name, cur_rv, next) {
+            Ok(saved) => {
+                crate::hooks::after_write(cl, def, &saved, Some(&cur));
+                return Ok(Deleted { object: convert::from_storage(def, &saved), finished: false });
+            }
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(store_err(def, name, e)),
+        }
+    }
+    Err(ApiError::conflict(&def.group, &def.plural, name, "too many concurrent writes; try again"))
+}
+
+/// DELETE on a collection: delete every object the selectors match; answers the list of them.
+pub fn delete_collection(
+    cl: &Cluster,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    list_opts: &ListOpts,
+    opts: &DeleteOpts,
+) -> ApiResult<ListResult> {
+    let page = list(cl, def, ns, &ListOpts { limit: None, continue_token: None, ..list_opts.clone() })?;
+    let mut items = Vec::with_capacity(page.items.len());
+    for o in &page.items {
+        match delete(cl, def, meta::namespace(o), meta::name(o), opts) {
+            Ok(d) => items.push(d.object),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(ListResult { items, resource_version: cl.store.current_rv(), continue_token: None, remaining: None })
+}
+
+/// A list object as the server writes it (items without kind/apiVersion for built-in kinds).
+pub fn list_object(def: &ResourceDef, r: ListResult) -> Value {
+    let mut md = Map::new();
+    md.insert("resourceVersion".into(), r.resource_version.to_string().into());
+    if let Some(c) = r.continue_token {
+        md.insert("continue".into(), c.into());
+    }
+    if let Some(rem) = r.remaining {
+        md.insert("remainingItemCount".into(), rem.into());
+    }
+    let items: Vec<Value> = r
+        .items
+        .into_iter()
+        .map(|mut o| {
+            if !def.is_custom()
+                && let Some(m) = o.as_object_mut()
+            {
+                m.remove("kind");
+                m.remove("apiVersion");
+            }
+            o
+        })
+        .collect();
+    let mut m = Map::new();
+    let (first, second) = if def.is_custom() {
+        (("apiVersion", def.api_version()), ("kind", def.list_kind.clone()))
+    } else {
+        (("kind", def.list_kind.clone()), ("apiVersion", def.api_version()))
+    };
+    m.insert(first.0.into(), first.1.into());
+    m.insert(second.0.into(), second.1.into());
+    m.insert("metadata".into(), Value::Object(md));
+    m.insert("items".into(), Value::Array(items));
+    Value::Object(m)
+}
+
+/// Shared handle type used by callers that keep a def across awaits.
+pub type Def = Arc<ResourceDef>;

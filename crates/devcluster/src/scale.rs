@@ -1,0 +1,152 @@
+//! The scale subresource: an `autoscaling/v1` Scale view of a Deployment, StatefulSet,
+//! ReplicaSet or custom resource, whose writes change the parent's replica count.
+
+use crate::cluster::Cluster;
+use crate::errors::{ApiError, ApiResult};
+use crate::meta;
+use crate::ops::{self, WriteOpts, Written};
+use crate::registry::ResourceDef;
+use crate::request::BodyFormat;
+use crate::store::object_rv;
+use serde_json::{Map, Value, json};
+
+fn path_get<'a>(obj: &'a Value, dotted: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    for seg in dotted.trim_start_matches('.').split('.') {
+        cur = cur.get(seg)?;
+    }
+    Some(cur)
+}
+
+fn path_set(obj: &mut Value, dotted: &str, v: Value) {
+    let segs: Vec<&str> = dotted.trim_start_matches('.').split('.').collect();
+    let mut cur = obj;
+    for (i, seg) in segs.iter().enumerate() {
+        let Some(m) = cur.as_object_mut() else { return };
+        if i == segs.len() - 1 {
+            m.insert(seg.to_string(), v);
+            return;
+        }
+        cur = m.entry(seg.to_string()).or_insert_with(|| json!({}));
+    }
+}
+
+/// `matchLabels`/`matchExpressions` as the selector string a Scale carries.
+fn selector_string(sel: &Value) -> String {
+    match crate::selector::LabelSelector::from_label_selector(sel) {
+        Ok(s) => s.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// The Scale of an object (served form).
+pub fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
+    let sd = def.scale.clone().unwrap_or_else(|| crate::registry::ScaleDef {
+        spec_replicas_path: ".spec.replicas".into(),
+        status_replicas_path: ".status.replicas".into(),
+        label_selector_path: None,
+    });
+    let spec_replicas = path_get(obj, &sd.spec_replicas_path).and_then(Value::as_i64).unwrap_or(0);
+    let status_replicas = path_get(obj, &sd.status_replicas_path).and_then(Value::as_i64).unwrap_or(0);
+    let selector = if def.is_custom() {
+        sd.label_selector_path
+            .as_deref()
+            .and_then(|p| path_get(obj, p))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    } else {
+        obj.pointer("/spec/selector").map(selector_string).unwrap_or_default()
+    };
+    let m = obj.get("metadata").cloned().unwrap_or_default();
+    let mut md = Map::new();
+    for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+        if let Some(v) = m.get(k) {
+            md.insert(k.into(), v.clone());
+        }
+    }
+    let mut status = Map::new();
+    status.insert("replicas".into(), status_replicas.into());
+    if !selector.is_empty() {
+        status.insert("selector".into(), selector.into());
+    }
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": Value::Object(md),
+        "spec": {"replicas": spec_replicas},
+        "status": Value::Object(status),
+    })
+}
+
+pub fn get(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str) -> ApiResult<Value> {
+    let obj = ops::get(cl, def, ns, name)?;
+    Ok(scale_of(def, &obj))
+}
+
+fn write_replicas(
+    cl: &Cluster,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    scale: &Value,
+    opts: &WriteOpts,
+) -> ApiResult<Written> {
+    // Scale.spec.replicas is omitempty: absent means 0 (protobuf bodies omit it).
+    let replicas = scale.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+    if replicas < 0 {
+        return Err(ApiError::invalid(
+            "autoscaling",
+            "Scale",
+            name,
+            &[crate::field::FieldError::invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
+        ));
+    }
+    let cur = ops::get(cl, def, ns, name)?;
+    if let Some(rv) = scale.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty())
+        && rv != object_rv(&cur).to_string()
+    {
+        return Err(ApiError::stale(&def.group, &def.plural, name));
+    }
+    let mut next = cur.clone();
+    let path = def.scale.as_ref().map(|s| s.spec_replicas_path.clone()).unwrap_or_else(|| ".spec.replicas".into());
+    path_set(&mut next, &path, replicas.into());
+    if let Some(m) = meta::meta_mut(&mut next) {
+        m.insert("resourceVersion".into(), object_rv(&cur).to_string().into());
+    }
+    let parent_opts = WriteOpts { subresource: None, ..opts.clone() };
+    let w = ops::update(cl, def, ns, name, next, &parent_opts)?;
+    Ok(Written { object: scale_of(def, &w.object), ..w })
+}
+
+pub fn update(
+    cl: &Cluster,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    body: Value,
+    opts: &WriteOpts,
+) -> ApiResult<Written> {
+    write_replicas(cl, def, ns, name, &body, opts)
+}
+
+pub fn patch(
+    cl: &Cluster,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    format: BodyFormat,
+    body: &[u8],
+    opts: &WriteOpts,
+) -> ApiResult<Written> {
+    let cur = get(cl, def, ns, name)?;
+    let doc: Value = crate::request::decode_body(body, format == BodyFormat::ApplyPatch)?;
+    let patched = match format {
+        BodyFormat::JsonPatch => {
+            crate::patch::json_patch(&cur, &doc).map_err(|e| ApiError::raw(e.status_code(), e.reason(), e.message()))?
+        }
+        _ => crate::patch::apply_merge_patch(&cur, &doc)
+            .map_err(|e| ApiError::raw(e.status_code(), e.reason(), e.message()))?,
+    };
+    write_replicas(cl, def, ns, name, &patched, opts)
+}
