@@ -1,6 +1,7 @@
 //! The HTTP face of the API server: authentication, routing, content negotiation, and the mapping
 //! of methods to verbs. Everything it does to objects goes through `ops`.
 
+use crate::auth::rbac::{Attributes, UserInfo};
 use crate::cluster::Cluster;
 use crate::errors::{ApiError, ApiResult};
 use crate::ops::{self, DeleteOpts, FieldValidation, ListOpts, WriteOpts};
@@ -63,31 +64,23 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
     r
 }
 
+/// The plain-text 404 of paths no handler serves (Go's http.NotFound).
+fn page_not_found() -> Response<Body> {
+    let mut r = Response::new(full("404 page not found\n"));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    r
+}
+
+/// Answer a ready Status body with its own code.
+fn status_body_response(body: &Value) -> Response<Body> {
+    let code = body.get("code").and_then(Value::as_u64).unwrap_or(500) as u16;
+    json_response(code, body, Output::Json, &[])
+}
+
 fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     h.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// Who is asking. Part 1 knows the admin user only.
-#[derive(Debug, Clone)]
-pub struct User {
-    pub name: String,
-    pub groups: Vec<String>,
-}
-
-fn authenticate(cl: &Cluster, headers: &HeaderMap) -> Option<User> {
-    let auth = header_str(headers, header::AUTHORIZATION)?;
-    let token = auth.strip_prefix("Bearer ").or_else(|| auth.strip_prefix("bearer "))?.trim();
-    if !token.is_empty() && constant_time_eq(token.as_bytes(), cl.creds.admin_token.as_bytes()) {
-        return Some(User {
-            name: "admin".into(),
-            groups: vec!["system:masters".into(), "system:authenticated".into()],
-        });
-    }
-    None
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Serve one request. Never fails: errors become `Status` responses.
@@ -130,9 +123,36 @@ async fn serve(cl: Arc<Cluster>, req: Request<Incoming>) -> ApiResult<Response<B
         "/version" | "/version/" => return Ok(json_response(200, &crate::discovery::version(), Output::Json, &[])),
         _ => {}
     }
-    let Some(user) = authenticate(&cl, &parts.headers) else {
-        return Err(ApiError::unauthorized());
+    let requester = crate::auth::authenticate(&cl, header_str(&parts.headers, header::AUTHORIZATION))?;
+    let impersonation: Vec<(String, String)> = parts
+        .headers
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("impersonate-"))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    let user = match crate::auth::impersonate(&cl, requester, &impersonation) {
+        Ok(u) => u,
+        Err(crate::auth::rbac::ImpersonationError::Forbidden(body)) => return Ok(status_body_response(&body)),
+        Err(crate::auth::rbac::ImpersonationError::Malformed(msg)) => {
+            let mut r = Response::new(full(crate::auth::rbac::internal_error_body(&parts.uri.to_string(), &msg)));
+            *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            return Ok(r);
+        }
     };
+    // Non-resource requests (discovery, OpenAPI) are authorized by path.
+    if !matches!(request::parse_path(&path), PathKind::Resource(_)) {
+        let attrs = Attributes {
+            user: user.clone(),
+            verb: crate::auth::rbac::non_resource_verb(parts.method.as_str()),
+            path: path.clone(),
+            resource_request: false,
+            ..Default::default()
+        };
+        if let Err(body) = crate::auth::authorize(&cl, &attrs) {
+            return Ok(status_body_response(&body));
+        }
+    }
     if let Some(gv) = path.strip_prefix("/openapi/v3/") {
         let doc = crate::openapi::document(&cl.registry, gv.trim_end_matches('/'))?;
         return Ok(json_response(200, &doc, Output::Json, &[]));
@@ -141,6 +161,16 @@ async fn serve(cl: Arc<Cluster>, req: Request<Incoming>) -> ApiResult<Response<B
         return Ok(json_response(200, &crate::openapi::index(&cl.registry), Output::Json, &[]));
     }
     match request::parse_path(&path) {
+        PathKind::Discovery { group: Some(g), version, .. }
+            if !cl
+                .registry
+                .groups()
+                .iter()
+                .any(|x| x.name == g && version.as_ref().is_none_or(|v| x.versions.contains(v))) =>
+        {
+            Ok(page_not_found())
+        }
+        PathKind::Discovery { group: None, version: Some(v), legacy_core: true } if v != "v1" => Ok(page_not_found()),
         PathKind::Discovery { group, version, legacy_core } => {
             let output = request::negotiate(accept.as_deref(), true)?;
             if parts.method != Method::GET {
@@ -169,11 +199,12 @@ async fn serve(cl: Arc<Cluster>, req: Request<Incoming>) -> ApiResult<Response<B
             };
             Ok(json_response(200, &v, out, &[]))
         }
+        PathKind::Resource(rp) if cl.registry.group_version(&rp.group, &rp.version).is_empty() => Ok(page_not_found()),
         PathKind::Resource(rp) => {
             let headers = parts.headers.clone();
             resource(cl, parts.method, rp, query, &headers, accept.as_deref(), body, &user).await
         }
-        PathKind::Other(_) => Err(ApiError::not_found_path()),
+        PathKind::Other(_) => Ok(page_not_found()),
     }
 }
 
@@ -189,8 +220,8 @@ fn field_manager(q: &Query, headers: &HeaderMap) -> String {
 fn decode_object(def: &ResourceDef, headers: &HeaderMap, bytes: &[u8]) -> ApiResult<Value> {
     let ct = header_str(headers, header::CONTENT_TYPE);
     match request::body_format(ct)? {
-        BodyFormat::Json => request::decode_body(bytes, false),
-        BodyFormat::Yaml => request::decode_body(bytes, true),
+        BodyFormat::Json => request::decode_object(bytes, false, &def.kind),
+        BodyFormat::Yaml => request::decode_object(bytes, true, &def.kind),
         BodyFormat::Protobuf => {
             crate::protobuf::decode_with_defaults(bytes, &def.api_version(), &def.kind).map_err(|e| {
                 if e.is_unsupported() {
@@ -213,9 +244,75 @@ async fn resource(
     headers: &HeaderMap,
     accept: Option<&str>,
     body: Incoming,
-    _user: &User,
+    user: &UserInfo,
 ) -> ApiResult<Response<Body>> {
+    // Authorize first: a user who may not know a resource exists gets 403, not 404.
+    let is_watch_req = rp.legacy_watch || q.get("watch").is_some_and(crate::auth::rbac::watch_param);
+    let mut attrs = Attributes {
+        user: user.clone(),
+        verb: if rp.legacy_watch {
+            "watch"
+        } else {
+            crate::auth::rbac::verb_for(method.as_str(), rp.name.is_some(), is_watch_req)
+        }
+        .to_string(),
+        namespace: rp.namespace.clone().unwrap_or_default(),
+        api_group: rp.group.clone(),
+        api_version: rp.version.clone(),
+        resource: rp.resource.clone(),
+        subresource: rp.subresource.clone().unwrap_or_default(),
+        name: rp.name.clone().unwrap_or_default(),
+        resource_request: true,
+        path: String::new(),
+    };
+    if attrs.name.is_empty()
+        && let Some(fs) = q.get("fieldSelector")
+        && let Ok(sel) = crate::selector::FieldSelector::parse(fs)
+        && let Some(r) =
+            sel.requirements().iter().find(|r| r.field == "metadata.name" && r.op == crate::selector::FieldOp::Equals)
+    {
+        attrs.name = r.value.clone();
+    }
+    if let Err(body) = crate::auth::authorize(&cl, &attrs) {
+        return Ok(status_body_response(&body));
+    }
     let def = cl.registry.get(&rp.group, &rp.version, &rp.resource).ok_or_else(ApiError::not_found_path)?;
+    if def.review {
+        if method != Method::POST || rp.name.is_some() {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+        let bytes = read_body(body).await?;
+        let obj = decode_object(&def, headers, &bytes)?;
+        let ns = rp.namespace.clone().unwrap_or_default();
+        let answer = crate::auth::review(&cl, user, &def.group, &def.plural, &ns, obj)?;
+        return Ok(json_response(201, &answer, Output::Json, &[]));
+    }
+    if def.group.is_empty()
+        && def.plural == "serviceaccounts"
+        && rp.subresource.as_deref() == Some("token")
+        && method == Method::POST
+    {
+        let (Some(ns), Some(name)) = (rp.namespace.as_deref(), rp.name.as_deref()) else {
+            return Err(ApiError::not_found_path());
+        };
+        let bytes = read_body(body).await?;
+        let req = if bytes.iter().all(u8::is_ascii_whitespace) {
+            serde_json::json!({})
+        } else {
+            match request::body_format(header_str(headers, header::CONTENT_TYPE))? {
+                BodyFormat::Protobuf => {
+                    crate::protobuf::decode_with_defaults(&bytes, "authentication.k8s.io/v1", "TokenRequest")
+                        .map_err(|e| ApiError::bad_request(e.to_string()))?
+                }
+                BodyFormat::Yaml => request::decode_body(&bytes, true)?,
+                _ => request::decode_body(&bytes, false)?,
+            }
+        };
+        let answer = crate::auth::token_request(&cl, ns, name, &req)?;
+        return Ok(json_response(201, &answer, Output::Json, &[]));
+    }
     crate::hooks::check_subresource(&def, rp.subresource.as_deref())?;
     let output = request::negotiate(accept, false)?;
     // Cluster-scoped resources take no namespace, except /api/v1/namespaces/{name}.
@@ -341,6 +438,14 @@ async fn resource(
             let list_opts = ListOpts::parse(&def, q.get("labelSelector"), q.get("fieldSelector"))?;
             let r = ops::delete_collection(&cl, &def, ns.as_deref(), &list_opts, &opts)?;
             Ok(json_response(200, &ops::list_object(&def, r), Output::Json, &[]))
+        }
+        (Method::POST, Some(name)) if rp.subresource.as_deref() == Some("binding") => {
+            need_ns()?;
+            let bytes = read_body(body).await?;
+            let binding = request::decode_body(&bytes, false)?;
+            let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_string();
+            ops::bind(&cl, &def, &ns_str, &name, &node)?;
+            Ok(json_response(201, &crate::errors::success_status("", "", "", ""), Output::Json, &[]))
         }
         (Method::POST, Some(_)) | (Method::PUT, None) | (Method::PATCH, None) | (_, _) => {
             Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"))

@@ -124,11 +124,124 @@ pub fn run(cl: &Cluster) {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]}),
     );
+    for obj in crate::auth::rbac::bootstrap_policy() {
+        let plural = if obj.get("kind").and_then(Value::as_str) == Some("ClusterRole") {
+            "clusterroles"
+        } else {
+            "clusterrolebindings"
+        };
+        ensure(cl, rbac, plural, obj);
+    }
+    nodes(cl);
+    kubernetes_service(cl);
     // CRDs stored before a restart serve their resources again.
     if let Some(crd) = cl.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions") {
         let (crds, _) = cl.store.list(&crd.storage, None);
         for c in crds {
             crate::hooks::after_write(cl, &crd, &c, None);
+        }
+    }
+}
+
+/// The simulated nodes: `devcluster-node-N` with an InternalIP (10.0.0.N) and an ExternalIP
+/// (203.0.113.N, a documentation range), Ready, with the usual labels and capacity.
+fn nodes(cl: &Cluster) {
+    let now = crate::meta::now();
+    for i in 1..=cl.options.nodes {
+        let name = format!("devcluster-node-{i}");
+        let cond = |t: &str, s: &str, reason: &str, msg: &str| json!({"type": t, "status": s, "lastHeartbeatTime": now, "lastTransitionTime": now, "reason": reason, "message": msg});
+        ensure(
+            cl,
+            "",
+            "nodes",
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                    "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
+                    "node.kubernetes.io/instance-type": "devcluster"}},
+                "spec": {"podCIDR": format!("10.244.{}.0/24", i - 1), "podCIDRs": [format!("10.244.{}.0/24", i - 1)]},
+            }),
+        );
+        // Creation drops status (it is a subresource): write it as the kubelet would.
+        if let Some(ndef) = cl.registry.get("", "v1", "nodes")
+            && let Some(node) = cl.store.get(&ndef.storage, "", &name)
+            && node.get("status").and_then(|s| s.get("addresses")).is_none()
+        {
+            let status = json!({
+                "capacity": {"cpu": "8", "memory": "32Gi", "pods": "250", "ephemeral-storage": "100Gi"},
+                "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "250", "ephemeral-storage": "100Gi"},
+                "conditions": [
+                    cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                    cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                    cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                    cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+                ],
+                "addresses": [
+                    {"type": "InternalIP", "address": format!("10.0.0.{i}")},
+                    {"type": "ExternalIP", "address": format!("203.0.113.{i}")},
+                    {"type": "Hostname", "address": name},
+                ],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                "nodeInfo": {"machineID": crate::meta::new_uid().replace('-', ""), "systemUUID": crate::meta::new_uid(), "bootID": crate::meta::new_uid(),
+                    "kernelVersion": "6.1.0-devcluster", "osImage": "devcluster (simulated node)", "containerRuntimeVersion": "devcluster://1.0.0",
+                    "kubeletVersion": "v1.33.0", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+            });
+            crate::controllers::write_status(cl, &ndef, &node, status, "kubelet");
+        }
+    }
+}
+
+/// The `kubernetes` Service in `default` (ClusterIP 10.96.0.1, port 443) with Endpoints and an
+/// EndpointSlice naming the API server's own address, as the apiserver maintains them.
+fn kubernetes_service(cl: &Cluster) {
+    let url = cl.server_url();
+    let hostport = url.trim_start_matches("https://");
+    let (host, port) = match hostport.rsplit_once(':') {
+        Some((h, p)) => (h.trim_start_matches('[').trim_end_matches(']').to_string(), p.parse::<i64>().unwrap_or(6443)),
+        None => ("127.0.0.1".to_string(), 6443),
+    };
+    let host = if host == "0.0.0.0" || host == "::" { "127.0.0.1".to_string() } else { host };
+    let labels = json!({"component": "apiserver", "provider": "kubernetes"});
+    if let Some(sdef) = cl.registry.get("", "v1", "services")
+        && cl.store.get(&sdef.storage, "default", "kubernetes").is_none()
+    {
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
+            "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "type": "ClusterIP", "sessionAffinity": "None",
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}});
+        let _ = ops::create(cl, &sdef, "default", svc, &WriteOpts::system(MANAGER));
+    }
+    // The endpoints follow the address the server listens on now (it may change across restarts).
+    if let Some(edef) = cl.registry.get("", "v1", "endpoints") {
+        let ep = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{"addresses": [{"ip": host}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]});
+        upsert(cl, &edef, "default", "kubernetes", ep);
+    }
+    if let Some(sdef) = cl.registry.get("discovery.k8s.io", "v1", "endpointslices") {
+        let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": if host.contains(':') { "IPv6" } else { "IPv4" },
+            "endpoints": [{"addresses": [host], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}]});
+        upsert(cl, &sdef, "default", "kubernetes", slice);
+    }
+}
+
+fn upsert(cl: &Cluster, def: &crate::registry::ResourceDef, ns: &str, name: &str, obj: Value) {
+    match cl.store.get(&def.storage, ns, name) {
+        None => {
+            let _ = ops::create(cl, def, ns, obj, &WriteOpts::system(MANAGER));
+        }
+        Some(cur) => {
+            let mut next = (*cur).clone();
+            if let (Some(m), Some(o)) = (next.as_object_mut(), obj.as_object()) {
+                for (k, v) in o {
+                    if k != "metadata" {
+                        m.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            crate::controllers::write_object(cl, def, &cur, next, MANAGER);
         }
     }
 }

@@ -1,12 +1,14 @@
 //! The shared state of one running cluster: registry, store, credentials, options.
 
+use crate::faults::FaultRule;
 use crate::registry::Registry;
 use crate::store::{Store, StoreOptions};
 use crate::tls::Credentials;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// How a cluster runs. `Default` is what tests want: a free loopback port, memory only.
 #[derive(Debug, Clone)]
@@ -19,6 +21,12 @@ pub struct Options {
     pub history: usize,
     /// How often a watch that asked for bookmarks gets one.
     pub bookmark_interval: Duration,
+    /// Number of simulated nodes created at first start.
+    pub nodes: usize,
+    /// How long a pod takes from scheduled to running (0: at once).
+    pub pod_startup: Duration,
+    /// Fault injection rules (see `faults`).
+    pub faults: Vec<FaultRule>,
 }
 
 impl Default for Options {
@@ -28,6 +36,9 @@ impl Default for Options {
             data_dir: None,
             history: 100_000,
             bookmark_interval: Duration::from_secs(60),
+            nodes: 1,
+            pod_startup: Duration::ZERO,
+            faults: vec![],
         }
     }
 }
@@ -41,6 +52,12 @@ pub struct Cluster {
     pub options: Options,
     /// `https://127.0.0.1:PORT`, once bound.
     pub server_url: OnceLock<String>,
+    /// Fault rules in force (changeable at run time).
+    pub faults: RwLock<Vec<FaultRule>>,
+    /// Wakes the controllers for a full pass (after fault rules change).
+    pub kick: Notify,
+    /// The last ClusterIP handed out, to allocate the next one.
+    pub(crate) ip_alloc: Mutex<()>,
 }
 
 impl Cluster {
@@ -50,7 +67,28 @@ impl Cluster {
             Some(dir) => Credentials::load_or_generate(dir)?,
             None => Credentials::generate()?,
         };
-        Ok(Cluster { registry: Registry::with_builtins(), store, creds, options, server_url: OnceLock::new() })
+        let faults = RwLock::new(options.faults.clone());
+        Ok(Cluster {
+            registry: Registry::with_builtins(),
+            store,
+            creds,
+            options,
+            server_url: OnceLock::new(),
+            faults,
+            kick: Notify::new(),
+            ip_alloc: Mutex::new(()),
+        })
+    }
+
+    /// The fault rules in force.
+    pub fn faults(&self) -> Vec<FaultRule> {
+        self.faults.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replace the fault rules; pods are looked at again.
+    pub fn set_faults(&self, rules: Vec<FaultRule>) {
+        *self.faults.write().unwrap_or_else(|e| e.into_inner()) = rules;
+        self.kick.notify_one();
     }
 
     pub fn server_url(&self) -> &str {

@@ -2,10 +2,9 @@
 //! serve, and the status the real server's controllers write (NamesAccepted, Established).
 
 use crate::field::{FieldError, Path};
-use crate::registry::{
-    Conversion, GroupResource, KindSchema, NameRule, PrinterColumn, Registry, ResourceDef, ScaleDef,
-};
+use crate::registry::{Conversion, GroupResource, KindSchema, NameRule, PrinterColumn, ResourceDef, ScaleDef};
 use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
 
 pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
@@ -154,32 +153,116 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str, old: Option
     json!({"type": type_, "status": status, "lastTransitionTime": ltt, "reason": reason, "message": message})
 }
 
-/// The status the CRD controllers write: accepted names, conditions, stored versions.
-pub fn compute_status(crd: &mut Value, old: Option<&Value>, registry: &Registry) {
+/// The names other CRDs of the group have been given (their accepted plural, singular and
+/// short names; their kinds and list kinds), as the naming controller collects them.
+fn names_in_use(cl: &crate::cluster::Cluster, group: &str, me: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (crds, _) = cl.store.list(&GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions"), None);
+    let mut resources = BTreeSet::new();
+    let mut kinds = BTreeSet::new();
+    for c in crds.iter().filter(|c| s(c, "/spec/group") == group && crate::meta::name(c) != me) {
+        let an = c.pointer("/status/acceptedNames").cloned().unwrap_or(json!({}));
+        for p in ["/plural", "/singular"] {
+            if !s(&an, p).is_empty() {
+                resources.insert(s(&an, p).to_string());
+            }
+        }
+        resources.extend(str_list(an.get("shortNames")));
+        for p in ["/kind", "/listKind"] {
+            if !s(&an, p).is_empty() {
+                kinds.insert(s(&an, p).to_string());
+            }
+        }
+    }
+    (resources, kinds)
+}
+
+/// `equalToAcceptedOrFresh`
+fn fresh(requested: &str, accepted: &str, used: &BTreeSet<String>) -> Result<(), String> {
+    if requested == accepted || !used.contains(requested) {
+        Ok(())
+    } else {
+        Err(format!("{requested:?} is already in use"))
+    }
+}
+
+/// The status the CRD controllers write: accepted names and NamesAccepted (naming controller,
+/// which checks plural, singular, short names, kind and list kind in that order; the last
+/// conflict found is the reason), Established (establishing controller), Terminating, and the
+/// stored versions.
+pub fn compute_status(cl: &crate::cluster::Cluster, crd: &mut Value, old: Option<&Value>) {
     let group = s(crd, "/spec/group").to_string();
-    let plural = s(crd, "/spec/names/plural").to_string();
     let my_name = s(crd, "/metadata/name").to_string();
-    let conflict = registry.all().into_iter().find(|d| {
-        d.group == group
-            && d.crd.as_deref() != Some(my_name.as_str())
-            && (d.plural == plural || d.kind == s(crd, "/spec/names/kind"))
-    });
-    let deleting = crate::meta::is_deleting(crd);
+    let (resources, kinds) = names_in_use(cl, &group, &my_name);
+    let requested = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    let accepted = old.and_then(|o| o.pointer("/status/acceptedNames")).cloned().unwrap_or(json!({}));
+    let mut names = accepted.as_object().cloned().unwrap_or_default();
+    let mut conflict: Option<(&str, String)> = None;
+    for (field, reason) in [("plural", "PluralConflict"), ("singular", "SingularConflict")] {
+        match fresh(s(&requested, &format!("/{field}")), s(&accepted, &format!("/{field}")), &resources) {
+            Ok(()) => {
+                names.insert(field.into(), requested.get(field).cloned().unwrap_or(json!("")));
+            }
+            Err(e) => conflict = Some((reason, e)),
+        }
+    }
+    let want_short = str_list(requested.get("shortNames"));
+    let have_short = str_list(accepted.get("shortNames"));
+    if want_short != have_short {
+        let errs: Vec<String> = want_short
+            .iter()
+            .filter(|n| !have_short.contains(n))
+            .filter_map(|n| fresh(n, "", &resources).err())
+            .collect();
+        if errs.is_empty() {
+            if want_short.is_empty() {
+                names.remove("shortNames");
+            } else {
+                names.insert("shortNames".into(), json!(want_short));
+            }
+        } else {
+            conflict = Some((
+                "ShortNamesConflict",
+                if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) },
+            ));
+        }
+    }
+    for (field, reason) in [("kind", "KindConflict"), ("listKind", "ListKindConflict")] {
+        match fresh(s(&requested, &format!("/{field}")), s(&accepted, &format!("/{field}")), &kinds) {
+            Ok(()) => {
+                names.insert(field.into(), requested.get(field).cloned().unwrap_or(json!("")));
+            }
+            Err(e) => conflict = Some((reason, e)),
+        }
+    }
+    match requested.get("categories") {
+        Some(c) => {
+            names.insert("categories".into(), c.clone());
+        }
+        None => {
+            names.remove("categories");
+        }
+    }
+    names.retain(|_, v| !v.is_null());
+    names.entry("plural").or_insert(json!(""));
+    names.entry("kind").or_insert(json!(""));
+    let was_established = old.is_some_and(is_established);
     let mut conditions = vec![];
-    let names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
-    let (accepted, established) = match &conflict {
-        Some(d) => (
-            condition("NamesAccepted", "False", "PluralConflict", &format!("{:?} is already in use", d.plural), old),
-            condition("Established", "False", "NotAccepted", "not all names are accepted", old),
-        ),
-        None => (
-            condition("NamesAccepted", "True", "NoConflicts", "no conflicts found", old),
-            condition("Established", "True", "InitialNamesAccepted", "the initial names have been accepted", old),
-        ),
-    };
-    conditions.push(accepted);
-    conditions.push(established);
-    if deleting {
+    match &conflict {
+        Some((reason, msg)) => conditions.push(condition("NamesAccepted", "False", reason, msg, old)),
+        None => conditions.push(condition("NamesAccepted", "True", "NoConflicts", "no conflicts found", old)),
+    }
+    if was_established || conflict.is_none() {
+        conditions.push(condition(
+            "Established",
+            "True",
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+            old,
+        ));
+    } else {
+        conditions.push(condition("Established", "False", "NotAccepted", "not all names are accepted", old));
+    }
+    if crate::meta::is_deleting(crd) {
         conditions.push(condition(
             "Terminating",
             "True",
@@ -200,7 +283,7 @@ pub fn compute_status(crd: &mut Value, old: Option<&Value>, registry: &Registry)
     }
     let mut status = Map::new();
     status.insert("conditions".into(), Value::Array(conditions));
-    status.insert("acceptedNames".into(), if conflict.is_some() { json!({"plural": "", "kind": ""}) } else { names });
+    status.insert("acceptedNames".into(), Value::Object(names));
     status.insert("storedVersions".into(), stored.into_iter().map(Value::from).collect());
     if let Some(m) = crd.as_object_mut() {
         m.insert("status".into(), Value::Object(status));
@@ -223,7 +306,10 @@ fn printer_columns(v: &Value) -> Vec<PrinterColumn> {
             name: s(c, "/name").to_string(),
             type_: s(c, "/type").to_string(),
             format: s(c, "/format").to_string(),
-            description: s(c, "/description").to_string(),
+            description: match s(c, "/description") {
+                "" => format!("Custom resource definition column (in JSONPath format): {}", s(c, "/jsonPath")),
+                d => d.to_string(),
+            },
             priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
             json_path: s(c, "/jsonPath").to_string(),
         })
@@ -328,6 +414,7 @@ pub fn resource_defs(crd: &Value) -> Vec<ResourceDef> {
                 field_labels,
                 return_deleted_object: true,
                 create_on_update: false,
+                review: false,
             }
         })
         .collect()

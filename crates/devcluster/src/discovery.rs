@@ -50,7 +50,12 @@ fn legacy_resources(defs: &[Arc<ResourceDef>]) -> Vec<Value> {
         if d.group.is_empty() && d.plural == "namespaces" {
             out.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
         }
+        if d.group.is_empty() && d.plural == "pods" {
+            out.push(json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}));
+        }
     }
+    // The apiserver lists resources by path.
+    out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     out
 }
 
@@ -106,9 +111,11 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> ApiResult<Va
 }
 
 fn aggregated_resource(d: &ResourceDef) -> Value {
+    // Built-in resources leave group and version of their responseKind empty, as upstream does.
+    let (g, v) = if d.is_custom() { (d.group.as_str(), d.version.as_str()) } else { ("", "") };
     let mut r = json!({
         "resource": d.plural,
-        "responseKind": {"group": d.group, "version": d.version, "kind": d.kind},
+        "responseKind": {"group": g, "version": v, "kind": d.kind},
         "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": d.singular,
         "verbs": verbs(d),
@@ -120,11 +127,11 @@ fn aggregated_resource(d: &ResourceDef) -> Value {
         r["categories"] = json!(d.categories);
     }
     let mut subs = vec![];
-    if d.status {
-        subs.push(json!({"subresource": "status", "responseKind": {"group": d.group, "version": d.version, "kind": d.kind}, "verbs": ["get", "patch", "update"]}));
-    }
     if d.scale.is_some() {
         subs.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "patch", "update"]}));
+    }
+    if d.status {
+        subs.push(json!({"subresource": "status", "responseKind": {"group": g, "version": v, "kind": d.kind}, "verbs": ["get", "patch", "update"]}));
     }
     if d.group.is_empty() && d.plural == "namespaces" {
         subs.push(json!({"subresource": "finalize", "responseKind": {"group": "", "version": "v1", "kind": "Namespace"}, "verbs": ["update"]}));

@@ -163,7 +163,9 @@ impl ApiError {
     }
 
     pub fn method_not_allowed(msg: impl Into<String>) -> Self {
-        Self::new(405, "MethodNotAllowed", msg)
+        let mut e = Self::new(405, "MethodNotAllowed", msg);
+        e.details = Some(Box::default());
+        e
     }
 
     /// 410 Gone for a watch or list from a compacted resourceVersion.
@@ -175,13 +177,12 @@ impl ApiError {
         Self::new(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
     }
 
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// 415, with upstream's message (the offending type is not repeated, as upstream).
+    pub fn unsupported_media_type(_content_type: &str) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf; got {content_type:?}"
-            ),
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf",
         )
     }
 

@@ -15,7 +15,10 @@ fn is(def: &ResourceDef, group: &str, plural: &str) -> bool {
 /// Before an object (served form) is stored: kind-specific checks and fields the server sets.
 pub fn before_write(cl: &Cluster, def: &ResourceDef, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
     if is(def, "apiextensions.k8s.io", "customresourcedefinitions") {
-        crate::crd::compute_status(obj, old, &cl.registry);
+        crate::crd::compute_status(cl, obj, old);
+    }
+    if is(def, "", "services") && old.is_none() {
+        allocate_service_ips(cl, obj)?;
     }
     if is(def, "", "namespaces") {
         let deleting = meta::is_deleting(obj);
@@ -67,6 +70,12 @@ pub fn deletion_blocked(def: &ResourceDef, obj: &Value) -> bool {
     if !meta::finalizers(obj).is_empty() {
         return true;
     }
+    // A pod waits for the kubelet while its grace period is not 0.
+    if is(def, "", "pods")
+        && obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) > 0
+    {
+        return true;
+    }
     is(def, "", "namespaces")
         && obj.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
 }
@@ -90,6 +99,8 @@ pub fn check_subresource(def: &ResourceDef, sub: Option<&str>) -> ApiResult<()> 
         Some("status") if def.status => Ok(()),
         Some("scale") if def.scale.is_some() => Ok(()),
         Some("finalize") if is(def, "", "namespaces") => Ok(()),
+        Some("binding") if is(def, "", "pods") => Ok(()),
+        Some("token") if is(def, "", "serviceaccounts") => Ok(()),
         Some(_) => Err(ApiError::not_found_path()),
     }
 }
@@ -107,4 +118,91 @@ pub fn preserve_on_update(def: &ResourceDef, cur: &Value, new: &mut Value) {
             }
         }
     }
+}
+
+/// The grace period a pod delete records: the request's, else the pod's
+/// `terminationGracePeriodSeconds`, else 30; 0 for a pod no node runs. None for other kinds.
+pub fn pod_grace(def: &ResourceDef, cur: &Value, requested: Option<i64>) -> Option<i64> {
+    if !is(def, "", "pods") {
+        return None;
+    }
+    let scheduled = cur.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    let terminal = matches!(cur.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed"));
+    if !scheduled || terminal {
+        return Some(0);
+    }
+    Some(
+        requested
+            .or_else(|| cur.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+            .unwrap_or(30)
+            .max(0),
+    )
+}
+
+/// ClusterIP and NodePort allocation of a new Service, as the Service REST storage does it: a
+/// free address of 10.96.0.0/12 (10.96.0.1 is the `kubernetes` Service's), `None` for headless,
+/// nothing for ExternalName; node ports from 30000-32767 for NodePort and LoadBalancer.
+fn allocate_service_ips(cl: &Cluster, obj: &mut Value) -> ApiResult<()> {
+    let _guard = cl.ip_alloc.lock().unwrap_or_else(|e| e.into_inner());
+    let (services, _) = cl.store.list(&crate::registry::GroupResource::new("", "services"), None);
+    let svc_type = obj.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_string();
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return Ok(()) };
+    if svc_type == "ExternalName" {
+        return Ok(());
+    }
+    let requested = spec.get("clusterIP").and_then(Value::as_str).unwrap_or("").to_string();
+    let used: std::collections::BTreeSet<String> = services
+        .iter()
+        .filter_map(|s| s.pointer("/spec/clusterIP").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    let ip = if requested == "None" {
+        "None".to_string()
+    } else if !requested.is_empty() {
+        if used.contains(&requested) {
+            return Err(ApiError::invalid(
+                "",
+                "Service",
+                meta::name(obj),
+                &[crate::field::FieldError::invalid(
+                    "spec.clusterIPs",
+                    Value::Array(vec![requested.clone().into()]),
+                    format!("failed to allocate IP {requested}: provided IP is already allocated"),
+                )],
+            ));
+        }
+        requested
+    } else {
+        (10..=(16 * 256 * 256 - 2))
+            .map(|n: u32| format!("10.{}.{}.{}", 96 + n / 65536, (n / 256) % 256, n % 256))
+            .find(|ip| !used.contains(ip))
+            .unwrap_or_else(|| "10.111.255.254".to_string())
+    };
+    spec.insert("clusterIP".into(), ip.clone().into());
+    spec.insert("clusterIPs".into(), json!([ip]));
+    if ip != "None" || !spec.contains_key("ipFamilies") {
+        spec.entry("ipFamilies").or_insert_with(|| json!(["IPv4"]));
+        spec.entry("ipFamilyPolicy").or_insert_with(|| json!("SingleStack"));
+    }
+    if svc_type == "NodePort" || svc_type == "LoadBalancer" {
+        let used_ports: std::collections::BTreeSet<i64> = services
+            .iter()
+            .flat_map(|s| s.pointer("/spec/ports").and_then(Value::as_array).cloned().unwrap_or_default())
+            .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
+            .collect();
+        let mut next = 30000i64;
+        if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+            for p in ports {
+                if p.get("nodePort").and_then(Value::as_i64).is_none_or(|n| n == 0) {
+                    while used_ports.contains(&next) {
+                        next += 1;
+                    }
+                    if let Some(pm) = p.as_object_mut() {
+                        pm.insert("nodePort".into(), next.into());
+                    }
+                    next += 1;
+                }
+            }
+        }
+    }
+    Ok(())
 }

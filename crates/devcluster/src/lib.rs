@@ -13,7 +13,9 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod api;
+pub mod auth;
 pub mod bootstrap;
 pub mod builtin;
 pub mod cluster;
@@ -23,6 +25,7 @@ pub mod crd;
 pub mod discovery;
 pub mod duration;
 pub mod errors;
+pub mod faults;
 pub mod field;
 pub mod hooks;
 pub mod jsonpath;
@@ -150,6 +153,35 @@ impl DevCluster {
         &self.cluster
     }
 
+    /// The fault rules in force (see `faults`).
+    pub fn faults(&self) -> Vec<faults::FaultRule> {
+        self.cluster.faults()
+    }
+
+    /// Replace the fault rules; running pods are looked at again at once.
+    pub fn set_faults(&self, rules: Vec<faults::FaultRule>) {
+        self.cluster.set_faults(rules);
+    }
+
+    /// Change a node's addresses at run time (as a cloud provider would), e.g.
+    /// `set_node_addresses("devcluster-node-1", "10.0.0.9", Some("203.0.113.9"))`.
+    pub fn set_node_addresses(&self, node: &str, internal_ip: &str, external_ip: Option<&str>) -> anyhow::Result<()> {
+        let cl = &self.cluster;
+        let def = cl.registry.get("", "v1", "nodes").ok_or_else(|| anyhow::anyhow!("nodes are not served"))?;
+        let cur = cl.store.get(&def.storage, "", node).ok_or_else(|| anyhow::anyhow!("node {node:?} not found"))?;
+        let mut status = cur.get("status").cloned().unwrap_or_default();
+        let mut addrs = vec![serde_json::json!({"type": "InternalIP", "address": internal_ip})];
+        if let Some(e) = external_ip {
+            addrs.push(serde_json::json!({"type": "ExternalIP", "address": e}));
+        }
+        addrs.push(serde_json::json!({"type": "Hostname", "address": node}));
+        if let Some(m) = status.as_object_mut() {
+            m.insert("addresses".into(), serde_json::Value::Array(addrs));
+        }
+        controllers::write_status(cl, &def, &cur, status, "cloud-node-controller");
+        Ok(())
+    }
+
     /// Stop serving and wait until every thread has finished.
     pub fn shutdown(mut self) {
         self.stop_now();
@@ -191,7 +223,7 @@ pub async fn run(
         let _ = cluster.server_url.set(format!("https://{addr}"));
         let tls = cluster.creds.server_config(&[addr.ip()])?;
         bootstrap::run(&cluster);
-        controllers::resync(&cluster);
+        controllers::settle(&cluster);
         anyhow::Ok((cluster, addr, listener, tls))
     };
     match setup.await {

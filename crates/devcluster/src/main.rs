@@ -41,6 +41,16 @@ struct ServeArgs {
     /// Seconds between bookmarks on watches that allow them.
     #[arg(long, env = "DEVCLUSTER_BOOKMARK_INTERVAL", default_value_t = 60)]
     bookmark_interval: u64,
+    /// Number of simulated nodes (created at first start).
+    #[arg(long, env = "DEVCLUSTER_NODES", default_value_t = 1)]
+    nodes: usize,
+    /// Milliseconds a pod takes from scheduled to running (0: at once).
+    #[arg(long, env = "DEVCLUSTER_POD_STARTUP_MS", default_value_t = 0)]
+    pod_startup_ms: u64,
+    /// Make pods of an image fail: IMAGE=KIND, KIND one of image-pull, crash-loop[:EXIT_CODE],
+    /// unready, deadline; IMAGE may end in `*` to match a prefix. Repeatable.
+    #[arg(long = "fault", env = "DEVCLUSTER_FAULTS", value_delimiter = ',')]
+    faults: Vec<devcluster::faults::FaultRule>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,6 +77,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             data_dir: args.data_dir.clone(),
             history: args.history,
             bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval.max(1)),
+            nodes: args.nodes,
+            pod_startup: std::time::Duration::from_millis(args.pod_startup_ms),
+            faults: args.faults.clone(),
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

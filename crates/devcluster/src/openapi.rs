@@ -90,6 +90,37 @@ fn cr_schema(d: &ResourceDef) -> Value {
     root
 }
 
+const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
+
+fn list_meta_schema() -> Value {
+    json!({
+        "description": "ListMeta describes metadata that synthetic resources must have, including lists and various status objects. A resource may have only one of {ObjectMeta, ListMeta}.",
+        "type": "object",
+        "properties": {
+            "continue": {"description": "continue may be set if the user set a limit on the number of items returned, and indicates that the server has more data available.", "type": "string"},
+            "remainingItemCount": {"description": "remainingItemCount is the number of subsequent items in the list which are not included in this list response.", "type": "integer", "format": "int64"},
+            "resourceVersion": {"description": "String that identifies the server's internal version of this object that can be used by clients to determine when objects have changed.", "type": "string"},
+            "selfLink": {"description": "Deprecated: selfLink is a legacy read-only field that is no longer populated by the system.", "type": "string"}
+        }
+    })
+}
+
+/// The `<Kind>List` schema the apiserver publishes next to a custom resource's.
+fn cr_list_schema(d: &ResourceDef, item: &str) -> Value {
+    json!({
+        "description": format!("{} is a list of {}", d.list_kind, d.kind),
+        "type": "object",
+        "required": ["items"],
+        "properties": {
+            "apiVersion": {"description": "APIVersion defines the versioned schema of this representation of an object.", "type": "string"},
+            "items": {"description": format!("List of {}. More info: https://git.k8s.io/community/contributors/devel/api-conventions.md", d.plural), "type": "array", "items": {"$ref": format!("#/components/schemas/{item}")}},
+            "kind": {"description": "Kind is a string value representing the REST resource this object represents.", "type": "string"},
+            "metadata": {"allOf": [{"$ref": format!("#/components/schemas/{LIST_META}")}], "description": "ListMeta describes metadata that synthetic resources must have, including lists and various status objects."}
+        },
+        "x-kubernetes-group-version-kind": [{"group": d.group, "kind": d.list_kind, "version": d.version}]
+    })
+}
+
 fn param(name: &str, desc: &str, ty: &str) -> Value {
     json!({"name": name, "in": "query", "description": desc, "schema": {"type": ty, "uniqueItems": true}})
 }
@@ -224,7 +255,9 @@ pub fn document(reg: &Registry, gv: &str) -> ApiResult<Value> {
         let schema_ref = json!({"$ref": format!("#/components/schemas/{}", ks.name)});
         if d.is_custom() {
             schemas.insert(ks.name.clone(), cr_schema(d));
+            schemas.insert(format!("{}List", ks.name), cr_list_schema(d, &ks.name));
             add_closure(OBJECT_META, builtin_defs, &mut schemas);
+            schemas.entry(LIST_META).or_insert_with(list_meta_schema);
         } else {
             add_closure(&ks.name, &ks.defs, &mut schemas);
         }

@@ -194,10 +194,9 @@ fn check_type(def: &ResourceDef, body: Value, expect_kind: &str) -> ApiResult<Va
             m.insert("apiVersion".into(), want_av.clone().into());
         }
         Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "the API version in the data ({}) does not match the expected API version ({want_av})",
-                other.as_str().unwrap_or(&other.to_string())
-            )));
+            let av = other.as_str().map(str::to_string).unwrap_or_else(|| other.to_string());
+            let kind = m.get("kind").and_then(Value::as_str).unwrap_or(expect_kind).to_string();
+            return Err(mismatch(def, &av, &kind, expect_kind, &want_av));
         }
     }
     match m.get("kind") {
@@ -209,10 +208,9 @@ fn check_type(def: &ResourceDef, body: Value, expect_kind: &str) -> ApiResult<Va
             m.insert("kind".into(), expect_kind.into());
         }
         Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "the kind in the data ({}) does not match the expected kind ({expect_kind})",
-                other.as_str().unwrap_or(&other.to_string())
-            )));
+            let kind = other.as_str().map(str::to_string).unwrap_or_else(|| other.to_string());
+            let av = m.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
+            return Err(mismatch(def, &av, &kind, expect_kind, &want_av));
         }
     }
     match m.get("metadata") {
@@ -223,6 +221,24 @@ fn check_type(def: &ResourceDef, body: Value, expect_kind: &str) -> ApiResult<Va
         Some(_) => return Err(ApiError::bad_request("metadata: must be an object")),
     }
     Ok(Value::Object(m))
+}
+
+/// A body of another kind or version than the endpoint serves. Built-in kinds fail in the
+/// decoder (`X in version "v" cannot be handled as a Y: ...`); custom resources in the handler.
+fn mismatch(def: &ResourceDef, av: &str, kind: &str, expect_kind: &str, want_av: &str) -> ApiError {
+    let detail =
+        format!("the object's apiVersion and kind ({av}, {kind}) do not match the endpoint ({want_av}, {expect_kind})");
+    if def.is_custom() {
+        if kind != expect_kind {
+            return ApiError::bad_request(format!(
+                "the kind in the data ({kind}) does not match the expected kind ({expect_kind})"
+            ));
+        }
+        return ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({want_av})"
+        ));
+    }
+    ApiError::bad_request(format!("{kind} in version {av:?} cannot be handled as a {expect_kind}: {detail}"))
 }
 
 /// Admission of the namespace: it must exist and not be terminating (NamespaceLifecycle).
@@ -258,7 +274,12 @@ fn normalize(
         match opts.field_validation {
             FieldValidation::Strict => {
                 let parts: Vec<String> = unknown.iter().map(|p| format!("unknown field {p:?}")).collect();
-                return Err(ApiError::bad_request(format!("strict decoding error: {}", parts.join(", "))));
+                return Err(ApiError::bad_request(format!(
+                    "{kind} in version {v:?} cannot be handled as a {kind}: strict decoding error: {}",
+                    parts.join(", "),
+                    kind = def.kind,
+                    v = def.version
+                )));
             }
             FieldValidation::Warn => warnings.extend(unknown.iter().map(|p| format!("unknown field {p:?}"))),
             FieldValidation::Ignore => {}
@@ -266,10 +287,12 @@ fn normalize(
     }
     crate::validation::decode_check(def, obj).map_err(ApiError::bad_request)?;
     crate::validation::default(def, obj);
+    crate::admission::mutate(cl, def, obj, old, opts.subresource.as_deref());
     let errs: Vec<FieldError> = crate::validation::validate(cl, def, obj, old);
     if !errs.is_empty() {
         return Err(ApiError::invalid(&def.group, &def.kind, meta::name(obj), &errs));
     }
+    warnings.extend(crate::admission::validate(cl, def, obj, old, opts.subresource.as_deref(), opts.dry_run)?);
     Ok(warnings)
 }
 
@@ -549,6 +572,59 @@ fn body_rv(body: &Value) -> Option<u64> {
     }
 }
 
+/// Bind a pod to a node (the `pods/binding` subresource the scheduler uses): sets
+/// `spec.nodeName` and the PodScheduled condition; 409 when the pod is already bound.
+pub fn bind(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, node: &str) -> ApiResult<Value> {
+    for _ in 0..32 {
+        let cur =
+            cl.store.get(&def.storage, ns, name).ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
+        if let Some(n) = cur.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                &format!("pod {name} is already assigned to node {n:?}"),
+            ));
+        }
+        if meta::is_deleting(&cur) {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                "pod is being deleted, cannot be assigned to a host",
+            ));
+        }
+        let mut next = (*cur).clone();
+        if let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("nodeName".into(), node.into());
+        }
+        let now = meta::now();
+        let mut conds = crate::controllers::conditions::of(next.get("status"));
+        crate::controllers::conditions::set(
+            &mut conds,
+            crate::controllers::conditions::Style::Pod,
+            "PodScheduled",
+            "True",
+            "",
+            "",
+            &now,
+        );
+        if let Some(m) = next.as_object_mut() {
+            let status = m.entry("status").or_insert_with(|| json!({}));
+            if let Some(sm) = status.as_object_mut() {
+                sm.insert("conditions".into(), Value::Array(conds));
+            }
+        }
+        meta::canonicalize(&mut next, false);
+        match cl.store.update(&def.storage, ns, name, object_rv(&cur), next) {
+            Ok(saved) => return Ok(convert::from_storage(def, &saved)),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(store_err(def, name, e)),
+        }
+    }
+    Err(ApiError::conflict(&def.group, &def.plural, name, "too many concurrent writes; try again"))
+}
+
 /// PUT: replace the object (or its status) with the body.
 pub fn update(
     cl: &Cluster,
@@ -560,6 +636,14 @@ pub fn update(
 ) -> ApiResult<Written> {
     if opts.subresource.as_deref() == Some("scale") {
         return crate::scale::update(cl, def, ns, name, body, opts);
+    }
+    if opts.subresource.as_deref() == Some("binding") {
+        let node = body.pointer("/target/name").and_then(Value::as_str).unwrap_or("");
+        if node.is_empty() {
+            return Err(ApiError::invalid("", "Binding", name, &[FieldError::required("target.name", "")]));
+        }
+        let object = bind(cl, def, ns, name, node)?;
+        return Ok(Written { object, warnings: vec![], created: false });
     }
     let body = check_type(def, body, &def.kind)?;
     let body_name = meta::name(&body);
@@ -736,8 +820,20 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
             }
         }
         let mut marked = (*cur).clone();
+        // Pods on a node are deleted gracefully: they stay, marked, until the kubelet has
+        // stopped their containers and deletes them with a grace period of 0.
+        let grace = crate::hooks::pod_grace(def, &cur, opts.grace_period_seconds);
         if let Some(m) = meta::meta_mut(&mut marked) {
             m.insert("finalizers".into(), finalizers.iter().map(|f| Value::from(f.as_str())).collect());
+            if let Some(g) = grace {
+                let current = m.get("deletionGracePeriodSeconds").and_then(Value::as_i64);
+                if current.is_none_or(|c| g < c) {
+                    m.insert("deletionGracePeriodSeconds".into(), g.into());
+                    if meta::is_deleting(&cur) {
+                        changed = true;
+                    }
+                }
+            }
         }
         if !crate::hooks::deletion_blocked(def, &marked) {
             if opts.dry_run {
@@ -759,8 +855,12 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
         let mut next = marked;
         if let Some(m) = meta::meta_mut(&mut next) {
             if !m.contains_key("deletionTimestamp") {
-                m.insert("deletionTimestamp".into(), meta::now().into());
-                m.insert("deletionGracePeriodSeconds".into(), 0.into());
+                let g = grace.unwrap_or(0);
+                let at = jiff::Timestamp::now()
+                    .checked_add(jiff::SignedDuration::from_secs(g))
+                    .unwrap_or(jiff::Timestamp::now());
+                m.insert("deletionTimestamp".into(), at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string().into());
+                m.insert("deletionGracePeriodSeconds".into(), g.into());
                 if def.generation {
                     let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
                     m.insert("generation".into(), (g + 1).into());

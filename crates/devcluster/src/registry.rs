@@ -98,6 +98,9 @@ pub struct ResourceDef {
     pub return_deleted_object: bool,
     /// A PUT of an object that does not exist creates it.
     pub create_on_update: bool,
+    /// Not stored: a create is answered with the request, its status filled in (the access
+    /// and token reviews).
+    pub review: bool,
 }
 
 impl ResourceDef {
@@ -350,6 +353,7 @@ struct B {
     name_rule: NameRule,
     all: bool,
     field_labels: &'static [&'static str],
+    review: bool,
 }
 
 const fn b(group: &'static str, version: &'static str, kind: &'static str, plural: &'static str) -> B {
@@ -366,6 +370,7 @@ const fn b(group: &'static str, version: &'static str, kind: &'static str, plura
         name_rule: NameRule::Dns1123Subdomain,
         all: false,
         field_labels: &[],
+        review: false,
     }
 }
 
@@ -400,6 +405,10 @@ impl B {
     }
     const fn fields(mut self, f: &'static [&'static str]) -> Self {
         self.field_labels = f;
+        self
+    }
+    const fn review(mut self) -> Self {
+        self.review = true;
         self
     }
 }
@@ -489,6 +498,12 @@ const BUILTINS: &[B] = &[
     ]),
     b("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets").short(&["pdb"]).status().gen_(),
     b("storage.k8s.io", "v1", "StorageClass", "storageclasses").cluster().short(&["sc"]),
+    b("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews").cluster().review(),
+    b("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews").cluster().review(),
+    b("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews").review(),
+    b("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews").cluster().review(),
+    b("authentication.k8s.io", "v1", "TokenReview", "tokenreviews").cluster().review(),
+    b("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews").cluster().review(),
 ];
 
 fn builtin_defs() -> Vec<ResourceDef> {
@@ -536,7 +551,13 @@ fn builtin_defs() -> Vec<ResourceDef> {
                 namespaced: b.namespaced,
                 short_names: b.short.iter().map(|s| s.to_string()).collect(),
                 categories,
-                verbs: STD_VERBS.to_vec(),
+                verbs: if b.review {
+                    vec!["create"]
+                } else if b.plural == "namespaces" {
+                    STD_VERBS.iter().copied().filter(|v| *v != "deletecollection").collect()
+                } else {
+                    STD_VERBS.to_vec()
+                },
                 status: b.status,
                 scale: b.scale.then(|| ScaleDef {
                     spec_replicas_path: ".spec.replicas".into(),
@@ -555,6 +576,7 @@ fn builtin_defs() -> Vec<ResourceDef> {
                 field_labels,
                 return_deleted_object: b.kind == "Pod",
                 create_on_update: matches!(b.kind, "Endpoints" | "Event" | "Lease"),
+                review: b.review,
             }
         })
         .collect()

@@ -287,6 +287,58 @@ pub fn decode_body(bytes: &[u8], yaml: bool) -> ApiResult<serde_json::Value> {
     }
 }
 
+/// Go's `encoding/json` wording for the common syntax errors.
+fn go_json_error(e: &serde_json::Error) -> String {
+    if e.is_eof() {
+        "unexpected end of JSON input".to_string()
+    } else {
+        format!("invalid JSON at line {} column {}: {e}", e.line(), e.column())
+    }
+}
+
+/// What the decoder prints of a body it cannot read (`summarizeData`): the first 30 bytes as
+/// text when it looks like JSON, in hex otherwise.
+fn summarize(data: &[u8]) -> String {
+    const MAX: usize = 30;
+    match data.first() {
+        None => "<empty>".to_string(),
+        Some(b'{') => {
+            let head = String::from_utf8_lossy(&data[..data.len().min(MAX)]).into_owned();
+            if data.len() > MAX { format!("{head} ...") } else { head }
+        }
+        Some(_) => {
+            let hex: String = data[..data.len().min(MAX)].iter().map(|b| format!("{b:02x}")).collect();
+            if data.len() > MAX { format!("{hex} ...") } else { hex }
+        }
+    }
+}
+
+/// Decode an object body (create, update), answering unreadable ones as the apiserver's
+/// `transformDecodeError` does: `the object provided is unrecognized (must be of type X): ...`.
+pub fn decode_object(bytes: &[u8], yaml: bool, kind: &str) -> ApiResult<serde_json::Value> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request("the body of the request was empty"));
+    }
+    let err = if yaml {
+        match std::str::from_utf8(bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_saphyr::from_str::<serde_json::Value>(t).map_err(|e| e.to_string()))
+        {
+            Ok(v) => return Ok(v),
+            Err(e) => format!("yaml: {}", e.lines().next().unwrap_or("").trim_start_matches("error: ")),
+        }
+    } else {
+        match serde_json::from_slice(bytes) {
+            Ok(v) => return Ok(v),
+            Err(e) => format!("couldn't get version/kind; json parse error: {}", go_json_error(&e)),
+        }
+    };
+    Err(ApiError::bad_request(format!(
+        "the object provided is unrecognized (must be of type {kind}): {err} ({})",
+        summarize(bytes)
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,11 +3,9 @@
 
 use crate::cluster::Cluster;
 use crate::errors::{ApiError, ApiResult};
-use crate::meta;
 use crate::ops::{self, WriteOpts, Written};
 use crate::registry::ResourceDef;
 use crate::request::BodyFormat;
-use crate::store::object_rv;
 use serde_json::{Map, Value, json};
 
 fn path_get<'a>(obj: &'a Value, dotted: &str) -> Option<&'a Value> {
@@ -102,20 +100,19 @@ fn write_replicas(
             &[crate::field::FieldError::invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
         ));
     }
-    let cur = ops::get(cl, def, ns, name)?;
-    if let Some(rv) = scale.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty())
-        && rv != object_rv(&cur).to_string()
-    {
-        return Err(ApiError::stale(&def.group, &def.plural, name));
-    }
-    let mut next = cur.clone();
+    // The new replica count goes to the parent as a merge patch, pinned to a resourceVersion
+    // only when the Scale carried one (so it does not race the controllers' status writes).
     let path = def.scale.as_ref().map(|s| s.spec_replicas_path.clone()).unwrap_or_else(|| ".spec.replicas".into());
-    path_set(&mut next, &path, replicas.into());
-    if let Some(m) = meta::meta_mut(&mut next) {
-        m.insert("resourceVersion".into(), object_rv(&cur).to_string().into());
+    let mut patch = json!({});
+    path_set(&mut patch, &path, replicas.into());
+    if let Some(rv) = scale.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty())
+        && let Some(m) = patch.as_object_mut()
+    {
+        m.insert("metadata".into(), json!({"resourceVersion": rv}));
     }
+    let body = serde_json::to_vec(&patch).unwrap_or_default();
     let parent_opts = WriteOpts { subresource: None, ..opts.clone() };
-    let w = ops::update(cl, def, ns, name, next, &parent_opts)?;
+    let w = ops::patch(cl, def, ns, name, BodyFormat::MergePatch, &body, &parent_opts)?;
     Ok(Written { object: scale_of(def, &w.object), ..w })
 }
 

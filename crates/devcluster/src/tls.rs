@@ -27,6 +27,8 @@ pub struct Credentials {
     ca_key: KeyPair,
     ca_params: CertificateParams,
     pub admin_token: String,
+    /// The key service-account tokens are signed with (HMAC-SHA256).
+    pub sa_key: Vec<u8>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -55,7 +57,14 @@ impl Credentials {
         let ca_key = KeyPair::generate()?;
         let ca_params = ca_params()?;
         let cert = ca_params.self_signed(&ca_key)?;
-        Ok(Credentials { ca_cert_pem: cert.pem(), ca_key, ca_params, admin_token: random_token() })
+        let sa_key: [u8; 32] = rand::rng().random();
+        Ok(Credentials {
+            ca_cert_pem: cert.pem(),
+            ca_key,
+            ca_params,
+            admin_token: random_token(),
+            sa_key: sa_key.to_vec(),
+        })
     }
 
     /// Load the credentials kept in `dir`, or generate and keep them there.
@@ -65,21 +74,26 @@ impl Credentials {
             let path = path.display().to_string();
             move |source| TlsError::Io { path, source }
         };
-        let (crt, key, tok) = (pki.join("ca.crt"), pki.join("ca.key"), pki.join("admin.token"));
-        if crt.exists() && key.exists() && tok.exists() {
+        let (crt, key, tok, sak) =
+            (pki.join("ca.crt"), pki.join("ca.key"), pki.join("admin.token"), pki.join("sa.key"));
+        if crt.exists() && key.exists() && tok.exists() && sak.exists() {
             let ca_cert_pem = std::fs::read_to_string(&crt).map_err(io(&crt))?;
             let key_pem = std::fs::read_to_string(&key).map_err(io(&key))?;
             let admin_token = std::fs::read_to_string(&tok).map_err(io(&tok))?.trim().to_string();
+            let sa_key = base64::engine::general_purpose::STANDARD
+                .decode(std::fs::read_to_string(&sak).map_err(io(&sak))?.trim())
+                .map_err(|e| TlsError::Io { path: sak.display().to_string(), source: std::io::Error::other(e) })?;
             let ca_key = KeyPair::from_pem(&key_pem)?;
             // The issuer is identified by its name and key; both are the same as when the CA was made.
             let ca_params = ca_params()?;
-            return Ok(Credentials { ca_cert_pem, ca_key, ca_params, admin_token });
+            return Ok(Credentials { ca_cert_pem, ca_key, ca_params, admin_token, sa_key });
         }
         let c = Credentials::generate()?;
         std::fs::create_dir_all(&pki).map_err(io(&pki))?;
         write_private(&crt, &c.ca_cert_pem).map_err(io(&crt))?;
         write_private(&key, &c.ca_key.serialize_pem()).map_err(io(&key))?;
         write_private(&tok, &c.admin_token).map_err(io(&tok))?;
+        write_private(&sak, &base64::engine::general_purpose::STANDARD.encode(&c.sa_key)).map_err(io(&sak))?;
         Ok(c)
     }
 

@@ -2,7 +2,10 @@
 //! annotated with the Kubernetes extensions (merge keys, list types) the real server publishes.
 
 use crate::schema::Defs;
-use k8s_openapi::api::{apps, batch, coordination, core, discovery, events, networking, policy, rbac, storage};
+use k8s_openapi::api::{
+    apps, authentication, authorization, batch, coordination, core, discovery, events, networking, policy, rbac,
+    storage,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
 use schemars::generate::SchemaSettings;
 use serde_json::Value;
@@ -59,6 +62,12 @@ pub fn generate() -> (Arc<Defs>, HashMap<(String, String), String>) {
         "events.k8s.io" "Event" => events::v1::Event,
         "policy" "PodDisruptionBudget" => policy::v1::PodDisruptionBudget,
         "storage.k8s.io" "StorageClass" => storage::v1::StorageClass,
+        "authorization.k8s.io" "SelfSubjectAccessReview" => authorization::v1::SelfSubjectAccessReview,
+        "authorization.k8s.io" "SubjectAccessReview" => authorization::v1::SubjectAccessReview,
+        "authorization.k8s.io" "LocalSubjectAccessReview" => authorization::v1::LocalSubjectAccessReview,
+        "authorization.k8s.io" "SelfSubjectRulesReview" => authorization::v1::SelfSubjectRulesReview,
+        "authentication.k8s.io" "TokenReview" => authentication::v1::TokenReview,
+        "authentication.k8s.io" "SelfSubjectReview" => authentication::v1::SelfSubjectReview,
     );
     let mut defs = generator.take_definitions(true);
     crate::builtin::patchmeta::annotate(&mut defs);

@@ -1,0 +1,414 @@
+//! The simulated kubelet and scheduler: a pod is bound to a Ready node, gets an IP, and its status
+//! moves to Running and Ready with the fields a real kubelet writes (conditions, container
+//! statuses with image IDs, start times) — or fails the way the fault rules say (image pull
+//! back-off, crash loop with exit code and growing restart count, never ready). A deleted pod is
+//! removed once its (simulated) containers stopped.
+
+use super::conditions::{self, Style};
+use super::{Controller, Key, def};
+use crate::cluster::Cluster;
+use crate::faults::{self, Fault};
+use crate::meta;
+use crate::ops::{self, DeleteOpts, WriteOpts};
+use crate::registry::GroupResource;
+use crate::store::{Change, EventType};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const MANAGER: &str = "kubelet";
+
+pub struct Kubelet;
+
+fn pods() -> GroupResource {
+    GroupResource::new("", "pods")
+}
+
+fn hex_sha256(data: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, data.as_bytes());
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `nginx:1.27` -> (`docker.io/library/nginx`, `:1.27` or `@sha256:...` suffix), as container
+/// runtimes normalize image references.
+pub fn normalize_image(image: &str) -> (String, String) {
+    let (name, suffix) = match image.find('@') {
+        Some(i) => (&image[..i], image[i..].to_string()),
+        None => {
+            let last_slash = image.rfind('/').map_or(0, |i| i + 1);
+            match image[last_slash..].find(':') {
+                Some(c) => (&image[..last_slash + c], image[last_slash + c..].to_string()),
+                None => (image, ":latest".to_string()),
+            }
+        }
+    };
+    let first = name.split('/').next().unwrap_or("");
+    let has_registry = name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let full = if has_registry {
+        name.to_string()
+    } else if name.contains('/') {
+        format!("docker.io/{name}")
+    } else {
+        format!("docker.io/library/{name}")
+    };
+    (full, suffix)
+}
+
+/// The image and imageID a runtime reports for a container image.
+pub fn image_and_id(image: &str) -> (String, String) {
+    let (repo, suffix) = normalize_image(image);
+    let id = if let Some(digest) = suffix.strip_prefix('@') {
+        format!("{repo}@{digest}")
+    } else {
+        format!("{repo}@sha256:{}", hex_sha256(image))
+    };
+    (format!("{repo}{suffix}"), id)
+}
+
+/// Nodes a pod can go to: Ready and schedulable.
+fn schedulable_nodes(cl: &Cluster) -> Vec<String> {
+    let (nodes, _) = cl.store.list(&GroupResource::new("", "nodes"), None);
+    nodes
+        .iter()
+        .filter(|n| n.pointer("/spec/unschedulable").and_then(Value::as_bool) != Some(true))
+        .filter(|n| conditions::is_true(&conditions::of(n.get("status")), "Ready"))
+        .map(|n| meta::name(n).to_string())
+        .collect()
+}
+
+/// Bind a pod to the node with the fewest pods.
+fn schedule(cl: &Cluster, pod: &Value) -> bool {
+    let nodes = schedulable_nodes(cl);
+    let Some(pdef) = def(cl, "", "pods") else { return false };
+    if nodes.is_empty() {
+        let now = meta::now();
+        let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+        let mut conds = conditions::of(Some(&status));
+        let total = cl.store.count(&GroupResource::new("", "nodes"));
+        conditions::set(
+            &mut conds,
+            Style::Pod,
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+            &format!(
+                "0/{total} nodes are available: {}",
+                if total == 0 {
+                    "no nodes available to schedule pods."
+                } else {
+                    "node(s) were unschedulable or not ready."
+                }
+            ),
+            &now,
+        );
+        if let Some(m) = status.as_object_mut() {
+            m.insert("phase".into(), "Pending".into());
+            m.insert("conditions".into(), Value::Array(conds));
+        }
+        super::write_status(cl, &pdef, pod, status, "default-scheduler");
+        return false;
+    }
+    let (all, _) = cl.store.list(&pods(), None);
+    let load = |n: &str| all.iter().filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(n)).count();
+    let Some(node) = nodes.iter().min_by_key(|n| (load(n), n.to_string())) else { return false };
+    let body = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta::name(pod)}, "target": {"kind": "Node", "name": node}});
+    let opts = WriteOpts { subresource: Some("binding".into()), ..WriteOpts::system("default-scheduler") };
+    ops::update(cl, &pdef, meta::namespace(pod), meta::name(pod), body, &opts).is_ok()
+}
+
+fn node_ip(cl: &Cluster, node: &str) -> Option<String> {
+    let n = cl.store.get(&GroupResource::new("", "nodes"), "", node)?;
+    n.pointer("/status/addresses")?
+        .as_array()?
+        .iter()
+        .find(|a| a.get("type").and_then(Value::as_str) == Some("InternalIP"))?
+        .get("address")?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The lowest free pod address of the node (10.244.N.x, then 10.245.N.x, ... for node N).
+fn allocate_pod_ip(cl: &Cluster, node: &str) -> String {
+    let index = node.rsplit('-').next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(1).saturating_sub(1) % 256;
+    let (all, _) = cl.store.list(&pods(), None);
+    let used: BTreeSet<String> =
+        all.iter().filter_map(|p| p.pointer("/status/podIP").and_then(Value::as_str).map(str::to_string)).collect();
+    for second in 244..=254u32 {
+        for host in 2..=254u32 {
+            let ip = format!("10.{second}.{index}.{host}");
+            if !used.contains(&ip) {
+                return ip;
+            }
+        }
+    }
+    format!("10.244.{index}.1")
+}
+
+/// The crash-loop back-off: 10s doubling to 5m. Returns (restarts so far, seconds until the next).
+fn crash_restarts(elapsed: i64) -> (i64, i64) {
+    let mut t = 0;
+    let mut backoff = 10;
+    let mut restarts = 1;
+    loop {
+        if elapsed < t + backoff {
+            return (restarts, t + backoff - elapsed);
+        }
+        t += backoff;
+        restarts += 1;
+        backoff = (backoff * 2).min(300);
+    }
+}
+
+struct Computed {
+    status: Value,
+    requeue: Option<Duration>,
+}
+
+fn container_id(pod_uid: &str, name: &str, restarts: i64) -> String {
+    format!("containerd://{}", hex_sha256(&format!("{pod_uid}/{name}/{restarts}")))
+}
+
+/// The status a kubelet would report now.
+fn compute_status(cl: &Cluster, pod: &Value, node: &str) -> Computed {
+    let now = meta::now();
+    let now_s = jiff::Timestamp::now().as_second();
+    let old = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+    let uid = meta::uid(pod);
+    let rules = cl.faults();
+    let start_time = old.get("startTime").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| now.clone());
+    let start_s = super::unix(&start_time).unwrap_or(now_s);
+    let created_s =
+        pod.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(super::unix).unwrap_or(now_s);
+    let startup = cl.options.pod_startup.as_secs() as i64;
+    let starting = startup > 0 && now_s < created_s + startup;
+    let mut requeue: Option<i64> = if starting { Some(created_s + startup - now_s) } else { None };
+
+    let spec = pod.get("spec").cloned().unwrap_or_default();
+    let containers = spec.get("containers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let inits = spec.get("initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let old_statuses = |field: &str, name: &str| -> Option<Value> {
+        old.get(field)?.as_array()?.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(name)).cloned()
+    };
+    let running_since = |field: &str, name: &str| -> String {
+        old_statuses(field, name)
+            .and_then(|c| c.pointer("/state/running/startedAt").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| now.clone())
+    };
+
+    // Init containers run to completion first, unless one fails.
+    let mut init_statuses = vec![];
+    let mut init_blocked: Option<String> = None;
+    for c in &inits {
+        let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+        let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+        let (img, image_id) = image_and_id(image);
+        let st = if init_blocked.is_some() || starting {
+            json!({"name": name, "state": {"waiting": {"reason": "PodInitializing"}}, "lastState": {}, "ready": false, "restartCount": 0, "image": img, "imageID": "", "started": false})
+        } else {
+            match faults::find(&rules, image) {
+                Some(Fault::ImagePull) => {
+                    init_blocked = Some(name.to_string());
+                    json!({"name": name, "state": {"waiting": {"reason": "ImagePullBackOff", "message": format!("Back-off pulling image {image:?}")}}, "lastState": {}, "ready": false, "restartCount": 0, "image": img, "imageID": "", "started": false})
+                }
+                Some(Fault::CrashLoop { exit_code }) => {
+                    init_blocked = Some(name.to_string());
+                    let (restarts, next) = crash_restarts(now_s - start_s);
+                    requeue = Some(requeue.map_or(next, |r| r.min(next)));
+                    json!({"name": name,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off {} restarting failed container={name} pod={}_{}({uid})", go_secs(next.max(10)), meta::name(pod), meta::namespace(pod))}},
+                        "lastState": {"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": start_time, "finishedAt": start_time, "containerID": container_id(uid, name, restarts)}},
+                        "ready": false, "restartCount": restarts, "image": img, "imageID": image_id, "containerID": container_id(uid, name, restarts), "started": false})
+                }
+                _ => json!({"name": name,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": start_time, "finishedAt": start_time, "containerID": container_id(uid, name, 0)}},
+                    "lastState": {}, "ready": true, "restartCount": 0, "image": img, "imageID": image_id, "containerID": container_id(uid, name, 0), "started": false}),
+            }
+        };
+        init_statuses.push(st);
+    }
+
+    let mut statuses = vec![];
+    let mut not_ready = vec![];
+    let mut phase = "Running";
+    let mut any_running = false;
+    for c in &containers {
+        let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+        let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+        let (img, image_id) = image_and_id(image);
+        let st = if init_blocked.is_some() {
+            phase = "Pending";
+            json!({"name": name, "state": {"waiting": {"reason": "PodInitializing"}}, "lastState": {}, "ready": false, "restartCount": 0, "image": img, "imageID": "", "started": false})
+        } else if starting {
+            phase = "Pending";
+            json!({"name": name, "state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": {}, "ready": false, "restartCount": 0, "image": img, "imageID": "", "started": false})
+        } else {
+            match faults::find(&rules, image) {
+                Some(Fault::ImagePull) => {
+                    if !any_running {
+                        phase = "Pending";
+                    }
+                    json!({"name": name, "state": {"waiting": {"reason": "ImagePullBackOff", "message": format!("Back-off pulling image {image:?}")}}, "lastState": {}, "ready": false, "restartCount": 0, "image": img, "imageID": "", "started": false})
+                }
+                Some(Fault::CrashLoop { exit_code }) => {
+                    let (restarts, next) = crash_restarts(now_s - start_s);
+                    requeue = Some(requeue.map_or(next, |r| r.min(next)));
+                    json!({"name": name,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off {} restarting failed container={name} pod={}_{}({uid})", go_secs(next.max(10)), meta::name(pod), meta::namespace(pod))}},
+                        "lastState": {"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": start_time, "finishedAt": start_time, "containerID": container_id(uid, name, restarts)}},
+                        "ready": false, "restartCount": restarts, "image": img, "imageID": image_id, "containerID": container_id(uid, name, restarts), "started": false})
+                }
+                Some(Fault::Unready) | Some(Fault::Deadline) => {
+                    any_running = true;
+                    json!({"name": name, "state": {"running": {"startedAt": running_since("containerStatuses", name)}}, "lastState": {}, "ready": false, "restartCount": 0, "image": img, "imageID": image_id, "containerID": container_id(uid, name, 0), "started": true})
+                }
+                None => {
+                    any_running = true;
+                    json!({"name": name, "state": {"running": {"startedAt": running_since("containerStatuses", name)}}, "lastState": {}, "ready": true, "restartCount": 0, "image": img, "imageID": image_id, "containerID": container_id(uid, name, 0), "started": true})
+                }
+            }
+        };
+        if st.get("ready") != Some(&Value::Bool(true)) {
+            not_ready.push(name.to_string());
+        }
+        statuses.push(st);
+    }
+    if any_running {
+        phase = "Running";
+    }
+
+    let mut conds = conditions::of(Some(&old));
+    let ready = not_ready.is_empty() && init_blocked.is_none() && !starting;
+    conditions::set(
+        &mut conds,
+        Style::Pod,
+        "PodReadyToStartContainers",
+        if starting { "False" } else { "True" },
+        "",
+        "",
+        &now,
+    );
+    match &init_blocked {
+        Some(n) => conditions::set(
+            &mut conds,
+            Style::Pod,
+            "Initialized",
+            "False",
+            "ContainersNotInitialized",
+            &format!("containers with incomplete status: [{n}]"),
+            &now,
+        ),
+        None => conditions::set(&mut conds, Style::Pod, "Initialized", "True", "", "", &now),
+    }
+    let unready_msg = format!("containers with unready status: [{}]", not_ready.join(" "));
+    if ready {
+        conditions::set(&mut conds, Style::Pod, "Ready", "True", "", "", &now);
+        conditions::set(&mut conds, Style::Pod, "ContainersReady", "True", "", "", &now);
+    } else {
+        conditions::set(&mut conds, Style::Pod, "Ready", "False", "ContainersNotReady", &unready_msg, &now);
+        conditions::set(&mut conds, Style::Pod, "ContainersReady", "False", "ContainersNotReady", &unready_msg, &now);
+    }
+    conditions::set(&mut conds, Style::Pod, "PodScheduled", "True", "", "", &now);
+    let order = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"];
+    conds.sort_by_key(|c| {
+        order.iter().position(|o| c.get("type").and_then(Value::as_str) == Some(o)).unwrap_or(order.len())
+    });
+
+    let host_ip = node_ip(cl, node).unwrap_or_else(|| "10.0.0.1".to_string());
+    let pod_ip = match old.get("podIP").and_then(Value::as_str) {
+        Some(ip) => ip.to_string(),
+        None if spec.get("hostNetwork").and_then(Value::as_bool) == Some(true) => host_ip.clone(),
+        None => allocate_pod_ip(cl, node),
+    };
+    let mut s = Map::new();
+    s.insert("phase".into(), phase.into());
+    s.insert("conditions".into(), Value::Array(conds));
+    s.insert("hostIP".into(), host_ip.clone().into());
+    s.insert("hostIPs".into(), json!([{"ip": host_ip}]));
+    s.insert("podIP".into(), pod_ip.clone().into());
+    s.insert("podIPs".into(), json!([{"ip": pod_ip}]));
+    s.insert("startTime".into(), start_time.into());
+    if !init_statuses.is_empty() {
+        s.insert("initContainerStatuses".into(), Value::Array(init_statuses));
+    }
+    s.insert("containerStatuses".into(), Value::Array(statuses));
+    s.insert(
+        "qosClass".into(),
+        old.get("qosClass").cloned().unwrap_or_else(|| crate::builtin::defaults::pod_qos_class(pod).into()),
+    );
+    Computed { status: Value::Object(s), requeue: requeue.map(|r| Duration::from_secs(r.max(1) as u64)) }
+}
+
+/// Go's Duration formatting of whole seconds (`10s`, `1m20s`, `5m0s`).
+fn go_secs(s: i64) -> String {
+    if s < 60 { format!("{s}s") } else { format!("{}m{}s", s / 60, s % 60) }
+}
+
+impl Controller for Kubelet {
+    fn name(&self) -> &'static str {
+        "kubelet"
+    }
+
+    fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
+        if c.gr == pods() && c.kind != EventType::Deleted {
+            out.push(Key::of(c));
+        }
+    }
+
+    fn all_keys(&self, cl: &Cluster, out: &mut Vec<Key>) {
+        let (all, _) = cl.store.list(&pods(), None);
+        out.extend(all.iter().map(|p| Key::new("", "pods", meta::namespace(p), meta::name(p))));
+    }
+
+    fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration> {
+        let pod = super::get(cl, key)?;
+        let pdef = def(cl, "", "pods")?;
+        if meta::is_deleting(&pod) {
+            // The containers stop at once; the pod object goes (or waits for its finalizers).
+            let opts = DeleteOpts { grace_period_seconds: Some(0), ..Default::default() };
+            let _ = ops::delete(cl, &pdef, &key.namespace, &key.name, &opts);
+            return None;
+        }
+        let node = match pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            Some(n) => n.to_string(),
+            None => {
+                schedule(cl, &pod);
+                return None;
+            }
+        };
+        if matches!(pod.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed")) {
+            return None;
+        }
+        let computed = compute_status(cl, &pod, &node);
+        super::write_status(cl, &pdef, &pod, computed.status, MANAGER);
+        computed.requeue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_normalize_like_container_runtimes() {
+        assert_eq!(normalize_image("nginx:1.27"), ("docker.io/library/nginx".into(), ":1.27".into()));
+        assert_eq!(normalize_image("nginx"), ("docker.io/library/nginx".into(), ":latest".into()));
+        assert_eq!(normalize_image("ghcr.io/a/b:v1"), ("ghcr.io/a/b".into(), ":v1".into()));
+        assert_eq!(normalize_image("team/app:v1"), ("docker.io/team/app".into(), ":v1".into()));
+        assert_eq!(normalize_image("localhost:5000/app"), ("localhost:5000/app".into(), ":latest".into()));
+        let (img, id) = image_and_id("ghcr.io/a/b@sha256:abc");
+        assert_eq!((img.as_str(), id.as_str()), ("ghcr.io/a/b@sha256:abc", "ghcr.io/a/b@sha256:abc"));
+        let (_, id) = image_and_id("nginx:1.27");
+        assert!(
+            id.starts_with("docker.io/library/nginx@sha256:")
+                && id.len() == "docker.io/library/nginx@sha256:".len() + 64
+        );
+    }
+
+    #[test]
+    fn crash_loop_backoff_doubles_to_five_minutes() {
+        assert_eq!(crash_restarts(0), (1, 10));
+        assert_eq!(crash_restarts(10), (2, 20));
+        assert_eq!(crash_restarts(35), (3, 35));
+        assert_eq!(go_secs(300), "5m0s");
+    }
+}

@@ -1,0 +1,276 @@
+//! The cluster's own controllers, clients of the store through its change feed as
+//! kube-controller-manager and the kubelet are clients of the apiserver. Each controller says
+//! which objects a change concerns and reconciles one object at a time; the runner queues keys,
+//! runs reconciles, and keeps timers for controllers that need to look again later (rollout
+//! deadlines, crash-loop restarts, pod start-up delays).
+//!
+//! Every write a controller makes goes through `ops`, the same verbs the API serves, so
+//! admission, validation and watches see controller writes exactly like client writes.
+
+pub mod conditions;
+pub mod crds;
+pub mod deployment;
+pub mod endpoints;
+pub mod gc;
+pub mod kubelet;
+pub mod namespace;
+pub mod quota;
+pub mod replicaset;
+pub mod statefulset;
+
+use crate::cluster::Cluster;
+use crate::registry::GroupResource;
+use crate::store::{Change, StoreError};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// An object a controller reconciles: storage group-resource, namespace ("" for cluster
+/// scope), name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub gr: GroupResource,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(group: &str, resource: &str, namespace: &str, name: &str) -> Key {
+        Key { gr: GroupResource::new(group, resource), namespace: namespace.to_string(), name: name.to_string() }
+    }
+
+    pub fn of(change: &Change) -> Key {
+        Key { gr: change.gr.clone(), namespace: change.namespace.clone(), name: change.name.clone() }
+    }
+}
+
+/// One controller.
+pub trait Controller: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// The keys this change asks the controller to look at.
+    fn keys_for(&self, cl: &Cluster, change: &Change, out: &mut Vec<Key>);
+    /// Every key it is responsible for: at start, and after the change feed was lost.
+    fn all_keys(&self, cl: &Cluster, out: &mut Vec<Key>);
+    /// Make one object what it should be. `Some(d)`: look at it again after `d`.
+    fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration>;
+}
+
+/// The controllers every devcluster runs.
+pub fn all() -> Vec<Box<dyn Controller>> {
+    vec![
+        Box::new(namespace::NamespaceController),
+        Box::new(crds::CrdCleanup),
+        Box::new(gc::GarbageCollector::default()),
+        Box::new(deployment::DeploymentController),
+        Box::new(replicaset::ReplicaSetController),
+        Box::new(statefulset::StatefulSetController),
+        Box::new(statefulset::VolumeBinder),
+        Box::new(kubelet::Kubelet),
+        Box::new(endpoints::EndpointsController),
+        Box::new(quota::QuotaController),
+    ]
+}
+
+struct Runner {
+    cl: Arc<Cluster>,
+    ctrls: Vec<Box<dyn Controller>>,
+    queue: BTreeSet<(usize, Key)>,
+    timers: BinaryHeap<Reverse<(Instant, usize, Key)>>,
+}
+
+impl Runner {
+    fn resync(&mut self) {
+        let mut keys = vec![];
+        for (i, c) in self.ctrls.iter().enumerate() {
+            keys.clear();
+            c.all_keys(&self.cl, &mut keys);
+            for k in keys.drain(..) {
+                self.queue.insert((i, k));
+            }
+        }
+    }
+
+    fn dispatch(&mut self, change: &Change) {
+        let mut keys = vec![];
+        for (i, c) in self.ctrls.iter().enumerate() {
+            keys.clear();
+            c.keys_for(&self.cl, change, &mut keys);
+            for k in keys.drain(..) {
+                self.queue.insert((i, k));
+            }
+        }
+    }
+
+    /// Run everything queued; return how many reconciles ran.
+    fn drain(&mut self) -> usize {
+        let now = Instant::now();
+        while let Some(Reverse((at, _, _))) = self.timers.peek() {
+            if *at > now {
+                break;
+            }
+            if let Some(Reverse((_, i, k))) = self.timers.pop() {
+                self.queue.insert((i, k));
+            }
+        }
+        let batch = std::mem::take(&mut self.queue);
+        let n = batch.len();
+        for (i, key) in batch {
+            let ctrl = &self.ctrls[i];
+            if let Some(after) = ctrl.reconcile(&self.cl, &key) {
+                self.timers.push(Reverse((Instant::now() + after, i, key)));
+            }
+        }
+        n
+    }
+}
+
+/// Run the controllers until `stop` turns true.
+pub async fn run(cl: Arc<Cluster>, mut stop: watch::Receiver<bool>) {
+    let mut notify = cl.store.subscribe();
+    let mut cursor = cl.store.current_rv();
+    let mut r = Runner { cl: cl.clone(), ctrls: all(), queue: BTreeSet::new(), timers: BinaryHeap::new() };
+    r.resync();
+    loop {
+        match cl.store.changes_since(cursor, 4096) {
+            Ok(changes) => {
+                for c in &changes {
+                    cursor = c.rv;
+                    r.dispatch(c);
+                }
+            }
+            Err(StoreError::Gone { .. }) => {
+                cursor = cl.store.current_rv();
+                r.resync();
+            }
+            Err(_) => {}
+        }
+        if r.drain() > 0 || cl.store.current_rv() != cursor {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        let next_timer = r.timers.peek().map(|Reverse((at, _, _))| *at);
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = cl.kick.notified() => r.resync(),
+            changed = notify.changed() => if changed.is_err() { return },
+            _ = async {
+                match next_timer {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+        }
+    }
+}
+
+/// Run every controller over everything once, synchronously, until nothing more changes (used
+/// at start, so a new cluster is complete when `DevCluster::start` returns).
+pub fn settle(cl: &Arc<Cluster>) {
+    let mut r = Runner { cl: cl.clone(), ctrls: all(), queue: BTreeSet::new(), timers: BinaryHeap::new() };
+    let mut cursor = cl.store.current_rv();
+    r.resync();
+    for _ in 0..16 {
+        r.drain();
+        match cl.store.changes_since(cursor, usize::MAX) {
+            Ok(changes) if changes.is_empty() => return,
+            Ok(changes) => {
+                for c in &changes {
+                    cursor = c.rv;
+                    r.dispatch(c);
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+// ---- helpers shared by the controllers ------------------------------------------------------
+
+use crate::ops::{self, DeleteOpts, WriteOpts};
+use crate::registry::ResourceDef;
+use serde_json::Value;
+
+/// The registry entry of a built-in resource (always present).
+pub(crate) fn def(cl: &Cluster, group: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+    cl.registry.get(group, "v1", plural)
+}
+
+/// The stored object of a key.
+pub(crate) fn get(cl: &Cluster, key: &Key) -> Option<Arc<Value>> {
+    cl.store.get(&key.gr, &key.namespace, &key.name)
+}
+
+/// Objects of a resource in a namespace.
+pub(crate) fn list_ns(cl: &Cluster, group: &str, resource: &str, ns: &str) -> Vec<Arc<Value>> {
+    cl.store.list(&GroupResource::new(group, resource), Some(ns)).0
+}
+
+/// The uid of the controller owner of an object.
+pub(crate) fn controller_uid(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?
+        .get("uid")?
+        .as_str()
+}
+
+/// An owner reference marking `owner` as the controller.
+pub(crate) fn controller_ref(owner: &Value) -> Value {
+    serde_json::json!({
+        "apiVersion": owner.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": owner.get("kind").cloned().unwrap_or(Value::Null),
+        "name": crate::meta::name(owner),
+        "uid": crate::meta::uid(owner),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// Replace an object's status when it differs (compare, then write). Errors are logged: the
+/// next change or resync tries again.
+pub fn write_status(cl: &Cluster, def: &ResourceDef, obj: &Value, status: Value, manager: &str) {
+    if obj.get("status") == Some(&status) {
+        return;
+    }
+    let mut next = obj.clone();
+    if let Some(m) = next.as_object_mut() {
+        m.insert("status".into(), status);
+    }
+    let opts = WriteOpts { subresource: Some("status".into()), ..WriteOpts::system(manager) };
+    if let Err(e) = ops::update(cl, def, crate::meta::namespace(obj), crate::meta::name(obj), next, &opts) {
+        tracing::debug!(manager, name = crate::meta::name(obj), error = %e.message, "status update failed");
+    }
+}
+
+/// Replace an object's spec-side content (compare, then write).
+pub fn write_object(cl: &Cluster, def: &ResourceDef, cur: &Value, next: Value, manager: &str) -> bool {
+    if *cur == next {
+        return false;
+    }
+    match ops::update(cl, def, crate::meta::namespace(cur), crate::meta::name(cur), next, &WriteOpts::system(manager)) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!(manager, name = crate::meta::name(cur), error = %e.message, "update failed");
+            false
+        }
+    }
+}
+
+/// Delete in the background (what controllers and the garbage collector do).
+pub(crate) fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str) {
+    let opts = DeleteOpts { propagation_policy: Some("Background".into()), ..Default::default() };
+    if let Err(e) = ops::delete(cl, def, ns, name, &opts)
+        && e.code != 404
+    {
+        tracing::debug!(name, error = %e.message, "delete failed");
+    }
+}
+
+/// Seconds since the unix epoch of an RFC 3339 timestamp.
+pub(crate) fn unix(ts: &str) -> Option<i64> {
+    crate::duration::parse_rfc3339(ts).map(|(s, _)| s)
+}

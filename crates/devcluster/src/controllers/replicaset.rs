@@ -1,0 +1,208 @@
+//! ReplicaSets: keep `spec.replicas` pods from the template, owned by the ReplicaSet; report
+//! replicas, ready and available counts; say why pods cannot be created (`ReplicaFailure`,
+//! reason `FailedCreate`, with the API's refusal as the message, and a `FailedCreate` event).
+
+use super::conditions::{self, Style};
+use super::{Controller, Key, def};
+use crate::cluster::Cluster;
+use crate::meta;
+use crate::ops::{self, WriteOpts};
+use crate::store::{Change, EventType};
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+const MANAGER: &str = "replicaset-controller";
+
+pub struct ReplicaSetController;
+
+pub(crate) fn pod_ready(pod: &Value) -> bool {
+    conditions::is_true(&conditions::of(pod.get("status")), "Ready")
+}
+
+fn active(pod: &Value) -> bool {
+    !meta::is_deleting(pod)
+        && !matches!(pod.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed"))
+}
+
+/// The pods a workload controls: in its namespace, with a controller reference to its uid.
+pub(crate) fn owned_pods(cl: &Cluster, owner: &Value) -> Vec<std::sync::Arc<Value>> {
+    let uid = meta::uid(owner);
+    super::list_ns(cl, "", "pods", meta::namespace(owner))
+        .into_iter()
+        .filter(|p| super::controller_uid(p) == Some(uid))
+        .collect()
+}
+
+/// A pod for a workload: the template's metadata and spec, a controller reference, a name.
+pub(crate) fn pod_from_template(
+    owner: &Value,
+    template: &Value,
+    name: Option<String>,
+    extra_labels: &[(String, String)],
+) -> Value {
+    let tmeta = template.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let mut md = Map::new();
+    match name {
+        Some(n) => {
+            md.insert("name".into(), n.into());
+        }
+        None => {
+            md.insert("generateName".into(), format!("{}-", meta::name(owner)).into());
+        }
+    }
+    md.insert("namespace".into(), meta::namespace(owner).into());
+    let mut labels = tmeta.get("labels").and_then(Value::as_object).cloned().unwrap_or_default();
+    for (k, v) in extra_labels {
+        labels.insert(k.clone(), v.clone().into());
+    }
+    if !labels.is_empty() {
+        md.insert("labels".into(), Value::Object(labels));
+    }
+    if let Some(a) = tmeta.get("annotations") {
+        md.insert("annotations".into(), a.clone());
+    }
+    if let Some(f) = tmeta.get("finalizers") {
+        md.insert("finalizers".into(), f.clone());
+    }
+    md.insert("ownerReferences".into(), json!([super::controller_ref(owner)]));
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": Value::Object(md), "spec": template.get("spec").cloned().unwrap_or_else(|| json!({}))})
+}
+
+/// Record an event about an object (core/v1, as controllers' recorders do); a repeat of the
+/// same event bumps its count, as the recorders' aggregation does.
+pub(crate) fn event(cl: &Cluster, obj: &Value, type_: &str, reason: &str, message: &str, component: &str) {
+    let Some(edef) = def(cl, "", "events") else { return };
+    let ns = match meta::namespace(obj) {
+        "" => "default",
+        n => n,
+    };
+    let now = meta::now();
+    let uid = meta::uid(obj);
+    let same = super::list_ns(cl, "", "events", ns).into_iter().find(|e| {
+        e.pointer("/involvedObject/uid").and_then(Value::as_str) == Some(uid)
+            && e.get("reason").and_then(Value::as_str) == Some(reason)
+            && e.get("message").and_then(Value::as_str) == Some(message)
+    });
+    if let Some(e) = same {
+        let mut next = (*e).clone();
+        let count = e.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
+        if let Some(m) = next.as_object_mut() {
+            m.insert("count".into(), count.into());
+            m.insert("lastTimestamp".into(), now.into());
+        }
+        let _ = super::write_object(cl, &edef, &e, next, component);
+        return;
+    }
+    let ev = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": format!("{}.", meta::name(obj)), "namespace": ns},
+        "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta::name(obj),
+            "namespace": meta::namespace(obj), "uid": meta::uid(obj), "resourceVersion": meta::meta_str(obj, "resourceVersion").unwrap_or("")},
+        "reason": reason, "message": message, "type": type_,
+        "source": {"component": component}, "reportingComponent": component, "reportingInstance": "devcluster",
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1, "eventTime": Value::Null,
+    });
+    let _ = ops::create(cl, &edef, ns, ev, &WriteOpts::system(component));
+}
+
+/// Pods to delete first when scaling down: unscheduled, pending, not ready, then the newest.
+fn deletion_rank(p: &Value) -> (u8, u8, u8, std::cmp::Reverse<String>) {
+    let scheduled = p.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    let running = p.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
+    let created = p.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("").to_string();
+    (scheduled as u8, running as u8, pod_ready(p) as u8, std::cmp::Reverse(created))
+}
+
+impl Controller for ReplicaSetController {
+    fn name(&self) -> &'static str {
+        "replicaset"
+    }
+
+    fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
+        if c.gr.group == "apps" && c.gr.resource == "replicasets" && c.kind != EventType::Deleted {
+            out.push(Key::of(c));
+        } else if c.gr.group.is_empty() && c.gr.resource == "pods" {
+            // A pod changed: its ReplicaSet recounts.
+            for obj in [Some(&c.object), c.prev.as_ref()].into_iter().flatten() {
+                if let Some(r) = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array)
+                    && let Some(owner) = r.iter().find(|r| {
+                        r.get("controller").and_then(Value::as_bool) == Some(true)
+                            && r.get("kind").and_then(Value::as_str) == Some("ReplicaSet")
+                    })
+                    && let Some(name) = owner.get("name").and_then(Value::as_str)
+                {
+                    out.push(Key::new("apps", "replicasets", &c.namespace, name));
+                }
+            }
+            let _ = cl;
+        }
+    }
+
+    fn all_keys(&self, cl: &Cluster, out: &mut Vec<Key>) {
+        let (all, _) = cl.store.list(&crate::registry::GroupResource::new("apps", "replicasets"), None);
+        out.extend(all.iter().map(|o| Key::new("apps", "replicasets", meta::namespace(o), meta::name(o))));
+    }
+
+    fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration> {
+        let rs = super::get(cl, key)?;
+        if meta::is_deleting(&rs) {
+            return None;
+        }
+        let rsdef = def(cl, "apps", "replicasets")?;
+        let pdef = def(cl, "", "pods")?;
+        let want = rs.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as usize;
+        let mut pods: Vec<std::sync::Arc<Value>> = owned_pods(cl, &rs).into_iter().filter(|p| active(p)).collect();
+        let mut failure: Option<String> = None;
+        let mut requeue = None;
+        if pods.len() < want {
+            let template = rs.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+            for _ in pods.len()..want {
+                let pod = pod_from_template(&rs, &template, None, &[]);
+                match ops::create(cl, &pdef, &key.namespace, pod, &WriteOpts::system(MANAGER)) {
+                    Ok(w) => {
+                        pods.push(std::sync::Arc::new(w.object));
+                    }
+                    Err(e) => {
+                        event(cl, &rs, "Warning", "FailedCreate", &format!("Error creating: {}", e.message), MANAGER);
+                        failure = Some(e.message);
+                        requeue = Some(Duration::from_secs(5));
+                        break;
+                    }
+                }
+            }
+        } else if pods.len() > want {
+            let mut ranked = pods.clone();
+            ranked.sort_by_key(|p| deletion_rank(p));
+            let excess = pods.len() - want;
+            for p in ranked.iter().take(excess) {
+                super::delete(cl, &pdef, &key.namespace, meta::name(p));
+            }
+            let gone: Vec<String> = ranked.iter().take(excess).map(|p| meta::name(p).to_string()).collect();
+            pods.retain(|p| !gone.contains(&meta::name(p).to_string()));
+        }
+        let labels_match = |p: &Value| {
+            let want = rs.pointer("/spec/template/metadata/labels").and_then(Value::as_object);
+            want.is_none_or(|w| w.iter().all(|(k, v)| meta::labels(p).and_then(|l| l.get(k)) == Some(v)))
+        };
+        let ready = pods.iter().filter(|p| pod_ready(p)).count();
+        let now = meta::now();
+        let mut conds = conditions::of(rs.get("status"));
+        match &failure {
+            Some(msg) => conditions::set(&mut conds, Style::Plain, "ReplicaFailure", "True", "FailedCreate", msg, &now),
+            None => conditions::remove(&mut conds, "ReplicaFailure"),
+        }
+        let mut status = Map::new();
+        status.insert("replicas".into(), pods.len().into());
+        status.insert("fullyLabeledReplicas".into(), pods.iter().filter(|p| labels_match(p)).count().into());
+        status.insert("readyReplicas".into(), ready.into());
+        status.insert("availableReplicas".into(), ready.into());
+        status.insert("observedGeneration".into(), rs.pointer("/metadata/generation").cloned().unwrap_or(json!(1)));
+        if !conds.is_empty() {
+            status.insert("conditions".into(), Value::Array(conds));
+        }
+        // The real controller omits zero counts.
+        status.retain(|k, v| k == "replicas" || v.as_u64() != Some(0));
+        super::write_status(cl, &rsdef, &rs, Value::Object(status), MANAGER);
+        requeue
+    }
+}
