@@ -349,6 +349,29 @@ async fn resource(
             watch_response(cl, def, ns, &q, list_opts, output)
         }
         (Method::GET, None) => {
+            if let Some(m) = q.get("resourceVersionMatch") {
+                let rv = q.get("resourceVersion");
+                let err = match (m, rv) {
+                    ("Exact", Some("0")) => {
+                        Some(format!("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""))
+                    }
+                    ("Exact" | "NotOlderThan", None) => {
+                        Some("resourceVersionMatch is forbidden unless resourceVersion is provided".to_string())
+                    }
+                    ("Exact" | "NotOlderThan", _) => None,
+                    (other, _) => Some(format!(
+                        "{other:?} is not a valid resourceVersionMatch: supported values: \"Exact\", \"NotOlderThan\""
+                    )),
+                };
+                if let Some(e) = err {
+                    return Err(ApiError::invalid(
+                        "meta.k8s.io",
+                        "ListOptions",
+                        "",
+                        &[crate::field::FieldError::forbidden("resourceVersionMatch", e)],
+                    ));
+                }
+            }
             let mut list_opts = ListOpts::parse(&def, q.get("labelSelector"), q.get("fieldSelector"))?;
             list_opts.limit = q.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
             list_opts.continue_token = q.get("continue").map(str::to_string);
@@ -489,7 +512,15 @@ fn delete_opts(q: &Query, headers: &HeaderMap, body: &[u8]) -> ApiResult<DeleteO
 
 fn render_one(def: &ResourceDef, obj: Value, output: Output) -> Value {
     match output {
-        Output::Table => crate::table::to_table(def, std::slice::from_ref(&obj), true, None),
+        Output::Table => {
+            let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+            crate::table::to_table(
+                def,
+                std::slice::from_ref(&obj),
+                true,
+                Some(serde_json::json!({"resourceVersion": rv})),
+            )
+        }
         Output::PartialObjectMetadata | Output::PartialObjectMetadataList => crate::table::partial_metadata(&obj),
         _ => obj,
     }
@@ -509,23 +540,31 @@ fn watch_response(
     };
     let allow_bookmarks = q.flag("allowWatchBookmarks")?;
     let rv_param = q.get("resourceVersion");
-    if send_initial == Some(true) {
-        let mut errs = vec![];
-        if q.get("resourceVersionMatch") != Some("NotOlderThan") {
-            errs.push(crate::field::FieldError::forbidden(
-                "resourceVersionMatch",
-                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+    // ValidateListOptions for watches.
+    match (send_initial, q.get("resourceVersionMatch")) {
+        (Some(_), m) if m != Some("NotOlderThan") => {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "ListOptions",
+                "",
+                &[crate::field::FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                )],
             ));
         }
-        if !allow_bookmarks {
-            errs.push(crate::field::FieldError::forbidden(
-                "allowWatchBookmarks",
-                "allowWatchBookmarks must be set to true when sendInitialEvents is set",
+        (None, Some(_)) => {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "ListOptions",
+                "",
+                &[crate::field::FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                )],
             ));
         }
-        if !errs.is_empty() {
-            return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", &errs));
-        }
+        _ => {}
     }
     let start = match (send_initial, rv_param) {
         (Some(true), _) => Start::InitialState,
@@ -547,7 +586,8 @@ fn watch_response(
         .unwrap_or(Duration::from_secs(1800));
     let params = WatchParams {
         start,
-        send_initial_events: send_initial == Some(true),
+        // The end of the initial events is marked only for clients that take bookmarks.
+        send_initial_events: send_initial == Some(true) && allow_bookmarks,
         allow_bookmarks,
         timeout,
         namespace: ns,

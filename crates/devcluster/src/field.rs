@@ -137,6 +137,17 @@ pub fn go_value(v: &Value) -> String {
         Value::Number(n) => n.to_string(),
         Value::Bool(b) => b.to_string(),
         Value::Null => "null".to_string(),
+        Value::Array(a) if a.iter().all(Value::is_string) => {
+            let items: Vec<String> = a.iter().filter_map(Value::as_str).map(go_quote).collect();
+            format!("[]string{{{}}}", items.join(", "))
+        }
+        Value::Object(m) if m.values().all(Value::is_string) => {
+            // Go prints maps sorted by key.
+            let mut items: Vec<(&String, &str)> = m.iter().filter_map(|(k, v)| Some((k, v.as_str()?))).collect();
+            items.sort();
+            let parts: Vec<String> = items.iter().map(|(k, v)| format!("{}:{}", go_quote(k), go_quote(v))).collect();
+            format!("map[string]string{{{}}}", parts.join(", "))
+        }
         Value::Array(_) => "[]interface {}{...}".to_string(),
         Value::Object(_) => "map[string]interface {}{...}".to_string(),
     }

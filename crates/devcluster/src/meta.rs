@@ -68,14 +68,7 @@ pub fn canonicalize(obj: &mut Value, custom: bool) {
     }
     if let Some(mut meta) = m.remove("metadata") {
         if let Value::Object(mm) = &mut meta {
-            let mut ordered = Map::with_capacity(mm.len());
-            for k in META_ORDER {
-                if let Some(v) = mm.remove(k) {
-                    ordered.insert(k.to_string(), v);
-                }
-            }
-            ordered.append(mm);
-            *mm = ordered;
+            canonicalize_meta(mm);
         }
         out.insert("metadata".into(), meta);
     }
@@ -85,6 +78,18 @@ pub fn canonicalize(obj: &mut Value, custom: bool) {
         out.insert("status".into(), s);
     }
     *m = out;
+}
+
+/// Put ObjectMeta's fields in their Go declaration order.
+pub fn canonicalize_meta(mm: &mut Map<String, Value>) {
+    let mut ordered = Map::with_capacity(mm.len());
+    for k in META_ORDER {
+        if let Some(v) = mm.remove(k) {
+            ordered.insert(k.to_string(), v);
+        }
+    }
+    ordered.append(mm);
+    *mm = ordered;
 }
 
 /// `obj.metadata`, created when absent (or not an object). None when `obj` is not an object.

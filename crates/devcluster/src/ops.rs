@@ -87,7 +87,7 @@ impl ListOpts {
         };
         for r in fields.requirements() {
             if def.field_label_path(&r.field).is_none() {
-                return Err(ApiError::bad_request(format!("field label not supported: {}", r.field)));
+                return Err(ApiError::bad_request(def.unsupported_field_label(&r.field)));
             }
         }
         Ok(ListOpts { labels, fields, limit: None, continue_token: None })
@@ -390,6 +390,9 @@ pub fn create(cl: &Cluster, def: &ResourceDef, ns: &str, body: Value, opts: &Wri
     let mut stored = convert::to_storage(def, obj);
     meta::canonicalize(&mut stored, def.is_custom());
     if opts.dry_run {
+        if cl.store.get(&def.storage, ns, &name).is_some() {
+            return Err(ApiError::already_exists(&def.group, &def.plural, &name));
+        }
         return Ok(Written { object: convert::from_storage(def, &stored), warnings, created: true });
     }
     let saved = cl.store.create(&def.storage, ns, &name, stored).map_err(|e| store_err(def, &name, e))?;
@@ -442,15 +445,9 @@ fn prepare_update(def: &ResourceDef, cur: &Value, mut new: Value, subresource: O
     // Fields the client cannot change.
     let cur_meta = cur.get("metadata").cloned().unwrap_or_default();
     if let Some(m) = meta::meta_mut(&mut new) {
-        for k in [
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "generation",
-            "namespace",
-            "name",
-        ] {
+        for k in
+            ["creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace", "name"]
+        {
             match cur_meta.get(k) {
                 Some(v) => {
                     m.insert(k.into(), v.clone());
@@ -461,6 +458,12 @@ fn prepare_update(def: &ResourceDef, cur: &Value, mut new: Value, subresource: O
             }
         }
         m.remove("selfLink");
+        // A missing uid is the current one; a different one is refused by validation.
+        if m.get("uid").and_then(Value::as_str).is_none_or(str::is_empty)
+            && let Some(u) = cur_meta.get("uid")
+        {
+            m.insert("uid".into(), u.clone());
+        }
     }
     crate::hooks::preserve_on_update(def, cur, &mut new);
     new
@@ -680,6 +683,25 @@ pub fn update(
                 {
                     return Err(ApiError::stale(&def.group, &def.plural, name));
                 }
+                // The body's uid is a precondition (rest.defaultUpdatedObjectInfo).
+                let body_uid = meta::uid(&b);
+                if !body_uid.is_empty() && body_uid != meta::uid(cur) {
+                    return Err(ApiError::conflict(
+                        &def.group,
+                        &def.plural,
+                        name,
+                        &format!(
+                            "Precondition failed: UID in precondition: {body_uid}, UID in object meta: {}",
+                            meta::uid(cur)
+                        ),
+                    ));
+                }
+                // An unconditional update (kinds allow it) is made against the current version.
+                if want_rv.is_none()
+                    && let Some(m) = meta::meta_mut(&mut b)
+                {
+                    m.insert("resourceVersion".into(), object_rv(cur).to_string().into());
+                }
                 Ok((b, want_rv.is_some()))
             }
         }
@@ -781,9 +803,12 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
         {
             return Err(ApiError::conflict(
                 &def.group,
-                &def.plural,
+                &def.kind,
                 name,
-                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&cur)),
+                &format!(
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                    meta::uid(&cur)
+                ),
             ));
         }
         if let Some(rv) = &opts.precondition_rv
@@ -791,10 +816,10 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
         {
             return Err(ApiError::conflict(
                 &def.group,
-                &def.plural,
+                &def.kind,
                 name,
                 &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {cur_rv}"
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({cur_rv}). The object might have been modified"
                 ),
             ));
         }

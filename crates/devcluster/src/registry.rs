@@ -116,11 +116,31 @@ impl ResourceDef {
         self.crd.is_some()
     }
 
-    /// The JSON path a field selector label refers to, when the kind supports it.
+    /// The JSON path a field selector label refers to, when the kind supports it. Kinds with
+    /// their own field label conversion accept exactly their list (Nodes, for one, take no
+    /// `metadata.namespace`); the others accept `metadata.name` and `metadata.namespace`.
     pub fn field_label_path(&self, label: &str) -> Option<String> {
+        if let Some((_, p)) = self.field_labels.iter().find(|(l, _)| l == label) {
+            return Some(p.clone());
+        }
         match label {
-            "metadata.name" | "metadata.namespace" => Some(label.to_string()),
-            _ => self.field_labels.iter().find(|(l, _)| l == label).map(|(_, p)| p.clone()),
+            "metadata.name" => Some(label.to_string()),
+            "metadata.namespace" if !self.own_field_conversion() || self.namespaced => Some(label.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Built-in kinds with their own field label conversion function.
+    pub fn own_field_conversion(&self) -> bool {
+        !self.is_custom() && !self.field_labels.is_empty()
+    }
+
+    /// The 400 message for a field label the kind does not support.
+    pub fn unsupported_field_label(&self, label: &str) -> String {
+        if self.is_custom() || self.own_field_conversion() {
+            format!("field label not supported: {label}")
+        } else {
+            format!("{label:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")
         }
     }
 }
@@ -437,16 +457,23 @@ const BUILTINS: &[B] = &[
     b("", "v1", "ConfigMap", "configmaps").short(&["cm"]),
     b("", "v1", "Secret", "secrets").fields(&["type"]),
     b("", "v1", "ServiceAccount", "serviceaccounts").short(&["sa"]),
-    b("", "v1", "Service", "services").short(&["svc"]).status().name(NameRule::Dns1035Label).all(),
+    b("", "v1", "Service", "services")
+        .short(&["svc"])
+        .status()
+        .name(NameRule::Dns1035Label)
+        .all()
+        .fields(&["spec.clusterIP", "spec.type"]),
     b("", "v1", "Endpoints", "endpoints").short(&["ep"]),
     b("", "v1", "Pod", "pods").short(&["po"]).status().all().fields(&[
         "spec.nodeName",
+        "spec.host",
         "spec.restartPolicy",
         "spec.schedulerName",
         "spec.serviceAccountName",
         "spec.hostNetwork",
         "status.phase",
         "status.podIP",
+        "status.podIPs",
         "status.nominatedNodeName",
     ]),
     b("", "v1", "Node", "nodes").cluster().short(&["no"]).status().fields(&["spec.unschedulable"]),
@@ -454,7 +481,7 @@ const BUILTINS: &[B] = &[
     b("", "v1", "ResourceQuota", "resourcequotas").short(&["quota"]).status(),
     b("", "v1", "LimitRange", "limitranges").short(&["limits"]),
     b("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims").short(&["pvc"]).status(),
-    b("", "v1", "PersistentVolume", "persistentvolumes").cluster().short(&["pv"]).status(),
+    b("", "v1", "PersistentVolume", "persistentvolumes").cluster().short(&["pv"]).status().fields(&["metadata.name"]),
     b("apps", "v1", "Deployment", "deployments").short(&["deploy"]).status().scale().gen_().all(),
     b("apps", "v1", "ReplicaSet", "replicasets")
         .short(&["rs"])
@@ -529,7 +556,12 @@ fn builtin_defs() -> Vec<ResourceDef> {
                 (
                     GroupResource::new(b.group, b.plural),
                     Conversion::None,
-                    b.field_labels.iter().map(|l| (l.to_string(), l.to_string())).collect(),
+                    b.field_labels
+                        .iter()
+                        .map(|l| {
+                            (l.to_string(), if *l == "spec.host" { "spec.nodeName".to_string() } else { l.to_string() })
+                        })
+                        .collect(),
                 )
             };
             let schema = names.get(&(b.group.to_string(), b.kind.to_string())).map(|name| KindSchema {

@@ -114,7 +114,12 @@ pub fn object_rv(obj: &Value) -> u64 {
 
 fn set_rv(obj: &mut Value, rv: u64) {
     if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
+        let had = meta.contains_key("resourceVersion");
         meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        if !had {
+            // Keep ObjectMeta's field order: resourceVersion right after uid.
+            crate::meta::canonicalize_meta(meta);
+        }
     }
 }
 

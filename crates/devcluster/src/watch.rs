@@ -159,7 +159,18 @@ impl Watcher {
                         _ if was_matching => "DELETED",
                         _ => continue,
                     };
-                    let rendered = self.render(&c.object);
+                    // An object leaving the selector is sent as it was, at the new version.
+                    let leaving = kind == "DELETED" && c.kind != EventType::Deleted;
+                    let rendered = match (&c.prev, leaving) {
+                        (Some(prev), true) => {
+                            let mut p = (**prev).clone();
+                            if let Some(m) = p.get_mut("metadata").and_then(serde_json::Value::as_object_mut) {
+                                m.insert("resourceVersion".into(), c.rv.to_string().into());
+                            }
+                            self.render(&p)
+                        }
+                        _ => self.render(&c.object),
+                    };
                     if !self.send(line(kind, rendered)).await {
                         return;
                     }

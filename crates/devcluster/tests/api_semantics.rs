@@ -200,7 +200,6 @@ async fn lists_carry_a_resource_version_and_accept_resource_version_zero() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: a list with resourceVersion=0&resourceVersionMatch=Exact is served instead of refused with 422"]
 async fn exact_match_at_resource_version_zero_is_refused() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     // ValidateListOptions (apimachinery/pkg/apis/meta/internalversion/validation): Exact at 0 is
@@ -282,7 +281,6 @@ async fn pod_field_selectors_status_phase_and_spec_node_name() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: pod field selector spec.host (old name of spec.nodeName) is refused with 400"]
 async fn pod_field_selector_spec_host_means_spec_node_name() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let pods: Api<Pod> = Api::default_namespaced(dc.client());
@@ -315,7 +313,6 @@ async fn node_field_selector_spec_unschedulable() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: nodes accept fieldSelector metadata.namespace; the Node conversion refuses it"]
 async fn node_field_selector_refuses_metadata_namespace() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let nodes: Api<Node> = Api::all(dc.client());
@@ -365,7 +362,6 @@ async fn event_field_selectors_on_the_involved_object() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: kinds without a field-label conversion answer 'field label not supported' instead of the default conversion's message"]
 async fn field_labels_of_kinds_without_a_conversion_get_the_default_message() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let cms: Api<ConfigMap> = Api::default_namespaced(dc.client());
@@ -509,7 +505,6 @@ async fn send_initial_events_requires_resource_version_match_not_older_than() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: a watch with resourceVersionMatch but no sendInitialEvents is served instead of refused with 422"]
 async fn resource_version_match_on_a_watch_needs_send_initial_events() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     // validateWatchOptions: resourceVersionMatch without sendInitialEvents is forbidden.
@@ -528,7 +523,6 @@ async fn resource_version_match_on_a_watch_needs_send_initial_events() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: sendInitialEvents without allowWatchBookmarks is refused with 422; upstream replays the state and sends no end bookmark"]
 async fn send_initial_events_without_bookmarks_replays_state_without_the_end_bookmark() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let client = dc.client();
@@ -589,7 +583,6 @@ async fn label_selector_watch_turns_label_changes_into_added_and_deleted() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: the DELETED sent when an object leaves a selector carries the new object, not the previous one"]
 async fn leaving_a_label_selector_sends_the_previous_object() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
@@ -665,7 +658,6 @@ async fn dry_run_all_persists_nothing() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: a dry-run create of an existing name succeeds instead of 409 AlreadyExists"]
 async fn dry_run_create_of_an_existing_name_conflicts() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
@@ -695,7 +687,6 @@ async fn update_conflicts_on_a_stale_resource_version() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: an update without resourceVersion is refused with 422 for kinds that allow unconditional updates"]
 async fn update_without_resource_version_is_unconditional() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
@@ -731,7 +722,6 @@ async fn delete_with_matching_preconditions_deletes() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: delete precondition failures give the storage message, not rest.BeforeDelete's"]
 async fn delete_preconditions_conflict_with_the_real_messages() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
@@ -949,7 +939,6 @@ async fn creation_timestamp_cannot_be_changed() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: a patch that changes metadata.uid succeeds (uid silently kept) instead of 422 field is immutable"]
 async fn uid_cannot_be_changed_by_a_patch() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
@@ -968,7 +957,6 @@ async fn uid_cannot_be_changed_by_a_patch() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: an update whose body carries another uid succeeds (uid silently kept) instead of 409"]
 async fn uid_in_an_update_body_is_a_precondition() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
@@ -1293,7 +1281,6 @@ async fn validation_errors_carry_the_real_messages() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: a map bad value prints as map[string]interface {}{...}, not Go's %#v map[string]string{...}"]
 async fn deployment_selector_mismatch_has_the_real_message() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     // pkg/apis/apps/validation: ValidatePodTemplateSpecForReplicaSet reports template.Labels
@@ -1394,7 +1381,6 @@ async fn table_for_pods_has_the_kubectl_columns() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: a Table has no metadata.resourceVersion"]
 async fn tables_carry_the_resource_version() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let client = dc.client();
@@ -1520,7 +1506,6 @@ async fn built_in_kinds_serialize_kind_and_api_version_first() {
 }
 
 #[tokio::test]
-#[ignore = "devcluster bug: metadata.resourceVersion is serialized after managedFields, not in ObjectMeta's field order"]
 async fn object_meta_serializes_in_go_field_order() {
     let dc = DevCluster::start().await.expect("devcluster starts");
     let client = dc.client();

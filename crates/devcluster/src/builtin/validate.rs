@@ -1422,7 +1422,7 @@ mod tests {
         assert_eq!(
             errs,
             vec![
-                "spec.template.metadata.labels: Invalid value: map[string]interface {}{...}: `selector` does not match template `labels`"
+                "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"web\"}: `selector` does not match template `labels`"
             ]
         );
         assert!(check("apps", "Deployment", deployment(json!({"app": "web"}), json!({"app": "web"})), None).is_empty());
@@ -1504,7 +1504,7 @@ mod tests {
         let old = json!({"metadata": {"name": "s", "namespace": "d"}, "spec": {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1"], "ports": [{"port": 80}]}});
         let new = json!({"metadata": {"name": "s", "namespace": "d", "resourceVersion": "2"}, "spec": {"clusterIP": "10.0.0.2", "clusterIPs": ["10.0.0.2"], "ports": [{"port": 80}]}});
         let errs = check("", "Service", new, Some(old));
-        assert_eq!(errs, vec!["spec.clusterIPs[0]: Invalid value: []interface {}{...}: may not change once set"]);
+        assert_eq!(errs, vec!["spec.clusterIPs[0]: Invalid value: []string{\"10.0.0.2\"}: may not change once set"]);
     }
 
     #[test]
