@@ -353,7 +353,7 @@ async fn resource(
                 let rv = q.get("resourceVersion");
                 let err = match (m, rv) {
                     ("Exact", Some("0")) => {
-                        Some(format!("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""))
+                        Some("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".to_string())
                     }
                     ("Exact" | "NotOlderThan", None) => {
                         Some("resourceVersionMatch is forbidden unless resourceVersion is provided".to_string())
