@@ -191,9 +191,145 @@ async fn main() {
     }
     rows.push((format!("one write seen by all of {WATCHERS} watchers"), ms(last - t), "-".into()));
 
+    drop(dc);
+    drop(floor_dc);
+    rows.extend(deployments_available().await);
+    rows.extend(memory_with_50k_objects().await);
+
     println!("| measure | through the API (HTTPS, kube client) | floor (store, no HTTP) |");
     println!("|---|---|---|");
     for (a, b, c) in rows {
         println!("| {a} | {b} | {c} |");
     }
+}
+
+const DEPLOYMENTS: usize = 1_000;
+
+fn deployment(i: usize) -> k8s_openapi::api::apps::v1::Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("web-{i:04}")},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": format!("web-{i:04}")}},
+            "template": {
+                "metadata": {"labels": {"app": format!("web-{i:04}")}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]}]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+/// 1,000 Deployments created and all Available (each: a ReplicaSet, a pod scheduled, started,
+/// ready, and the statuses written back up). Floor: the 3,000 objects that exist at the end
+/// (Deployments, ReplicaSets, Pods) created directly through the API, with no controller work.
+async fn deployments_available() -> Vec<(String, String, String)> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let dc = DevCluster::start_with(devcluster::Options { nodes: 3, ..Default::default() }).await.unwrap();
+    let api: Api<Deployment> = Api::default_namespaced(dc.client());
+    let rv0 = dc.cluster().store.current_rv();
+    let t = Instant::now();
+    futures::stream::iter(0..DEPLOYMENTS)
+        .map(|i| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &deployment(i)).await.unwrap() }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    let created = t.elapsed();
+    // Wait until every Deployment reports Available=True.
+    let available = |d: &Deployment| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Available" && c.status == "True"))
+            && d.status.as_ref().and_then(|s| s.available_replicas) == Some(1)
+    };
+    loop {
+        let l = api.list(&ListParams::default()).await.unwrap();
+        if l.items.iter().filter(|d| available(d)).count() == DEPLOYMENTS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(t.elapsed() < Duration::from_secs(600), "deployments did not become available");
+    }
+    let all_available = t.elapsed();
+    let writes = dc.cluster().store.current_rv() - rv0;
+    drop(dc);
+
+    // Floor: 3,000 plain creates.
+    let floor = DevCluster::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(floor.client());
+    let t = Instant::now();
+    futures::stream::iter(0..3 * DEPLOYMENTS)
+        .map(|i| {
+            let api = cms.clone();
+            async move { api.create(&PostParams::default(), &cm(i)).await.unwrap() }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    let floor_t = t.elapsed();
+    vec![
+        (format!("{DEPLOYMENTS} Deployments created ({CONCURRENCY} in flight), 3 nodes"), ms(created), "-".into()),
+        (
+            format!("... and all {DEPLOYMENTS} Available (RS + pod each, started and ready)"),
+            format!(
+                "{} ({} writes: {:.1} per Deployment)",
+                ms(all_available),
+                writes,
+                writes as f64 / DEPLOYMENTS as f64
+            ),
+            format!("{} (3,000 plain creates, no controllers)", ms(floor_t)),
+        ),
+    ]
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Resident memory of a `devcluster serve` process holding 50,000 ConfigMaps (about 300 bytes of
+/// JSON each), next to the size of the objects themselves (the floor: what any store must hold).
+async fn memory_with_50k_objects() -> Vec<(String, String, String)> {
+    const OBJECTS: usize = 50_000;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_devcluster"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--kubeconfig"])
+        .arg(&kc)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    while std::fs::metadata(&kc).map(|m| m.len()).unwrap_or(0) == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let client = devcluster::client_for(&std::fs::read_to_string(&kc).unwrap()).await.unwrap();
+    let before = rss_kib(child.id());
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    futures::stream::iter(0..OBJECTS)
+        .map(|i| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &cm(i)).await.unwrap() }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    let after = rss_kib(child.id());
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let data_bytes: usize = list.items.iter().map(|c| serde_json::to_vec(c).unwrap().len()).sum();
+    let _ = child.kill();
+    let _ = child.wait();
+    vec![(
+        format!("memory (RSS) holding {OBJECTS} ConfigMaps"),
+        format!("{:.1} MiB (empty cluster: {:.1} MiB)", after as f64 / 1024.0, before as f64 / 1024.0),
+        format!("{:.1} MiB of object JSON", data_bytes as f64 / 1048576.0),
+    )]
 }

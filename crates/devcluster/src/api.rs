@@ -341,6 +341,7 @@ async fn resource(
             subresource: rp.subresource.clone(),
             force: q.flag("force")?,
             is_apply: false,
+            trusted: false,
         })
     };
     match (method, name) {

@@ -33,7 +33,12 @@ pub fn before_write(cl: &Cluster, def: &ResourceDef, obj: &mut Value, old: Optio
 }
 
 /// After an object was stored (stored form).
-pub fn after_write(cl: &Cluster, def: &ResourceDef, stored: &Value, _old: Option<&Value>) {
+pub fn after_write(cl: &Cluster, def: &ResourceDef, stored: &Value, old: Option<&Value>) {
+    // A new namespace has its default ServiceAccount and root CA at once, so pods can be
+    // created in it right away (the controllers keep them there afterwards).
+    if is(def, "", "namespaces") && old.is_none() && !meta::is_deleting(stored) {
+        crate::controllers::namespace::seed(cl, meta::name(stored));
+    }
     if is(def, "apiextensions.k8s.io", "customresourcedefinitions") {
         let name = meta::name(stored);
         if crate::crd::is_established(stored) {

@@ -48,11 +48,14 @@ pub struct WriteOpts {
     pub force: bool,
     /// This write is a server-side apply (which records field ownership itself).
     pub is_apply: bool,
+    /// Written by the cluster itself (controllers, bootstrap): well-formed JSON of the kind's
+    /// types, so the decoder's type checks are skipped.
+    pub trusted: bool,
 }
 
 impl WriteOpts {
     pub fn system(manager: &str) -> Self {
-        WriteOpts { field_manager: manager.to_string(), ..Default::default() }
+        WriteOpts { field_manager: manager.to_string(), trusted: true, ..Default::default() }
     }
 }
 
@@ -250,12 +253,20 @@ fn admit_namespace(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str) -> Api
         return Err(ApiError::not_found("", "namespaces", ns));
     };
     if meta::is_deleting(&nsobj) || nsobj.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
-        return Err(ApiError::forbidden(
+        let mut e = ApiError::forbidden(
             &def.group,
             &def.plural,
             name,
             &format!("unable to create new content in namespace {ns} because it is being terminated"),
-        ));
+        );
+        if let Some(d) = &mut e.details {
+            d.causes.push(crate::errors::Cause {
+                reason: "NamespaceTerminating".into(),
+                message: format!("namespace {ns} is being terminated"),
+                field: "metadata.namespace".into(),
+            });
+        }
+        return Err(e);
     }
     Ok(())
 }
@@ -285,9 +296,11 @@ fn normalize(
             FieldValidation::Ignore => {}
         }
     }
-    crate::validation::decode_check(def, obj).map_err(ApiError::bad_request)?;
+    if !opts.trusted {
+        crate::validation::decode_check(def, obj).map_err(ApiError::bad_request)?;
+    }
     crate::validation::default(def, obj);
-    crate::admission::mutate(cl, def, obj, old, opts.subresource.as_deref());
+    crate::admission::mutate(cl, def, obj, old, opts.subresource.as_deref())?;
     let errs: Vec<FieldError> = crate::validation::validate(cl, def, obj, old);
     if !errs.is_empty() {
         return Err(ApiError::invalid(&def.group, &def.kind, meta::name(obj), &errs));
@@ -368,24 +381,35 @@ pub fn create(cl: &Cluster, def: &ResourceDef, ns: &str, body: Value, opts: &Wri
     {
         m.remove("status");
     }
+    let name = meta::name(&obj).to_string();
+    admit_namespace(cl, def, ns, &name)?;
     if !def.is_custom() {
         crate::builtin::defaults::prepare_for_create(&def.group, &def.kind, &mut obj);
     }
-    let name = meta::name(&obj).to_string();
-    admit_namespace(cl, def, ns, &name)?;
     let warnings = normalize(cl, def, &mut obj, None, opts)?;
     crate::hooks::before_write(cl, def, &mut obj, None)?;
     if !opts.is_apply {
+        // Field ownership covers what the client sent (decoded, defaulted, admitted), not the
+        // status the create strategy sets: the apiserver's field manager runs before it.
+        let mut owned = obj.clone();
+        if def.status
+            && let Some(m) = owned.as_object_mut()
+        {
+            m.remove("status");
+        }
         let api_version = def.api_version();
         crate::patch::apply::record_update(
             None,
-            &mut obj,
+            &mut owned,
             &opts.field_manager,
             opts.subresource.as_deref(),
             crate::patching::schema_of(def),
             &api_version,
             &now,
         );
+        if let (Some(mf), Some(m)) = (owned.pointer("/metadata/managedFields").cloned(), meta::meta_mut(&mut obj)) {
+            m.insert("managedFields".into(), mf);
+        }
     }
     let mut stored = convert::to_storage(def, obj);
     meta::canonicalize(&mut stored, def.is_custom());

@@ -145,5 +145,11 @@ pub fn patch(
         _ => crate::patch::apply_merge_patch(&cur, &doc)
             .map_err(|e| ApiError::raw(e.status_code(), e.reason(), e.message()))?,
     };
+    // The version read here is not a precondition: only one the patch itself sets is.
+    let mut patched = patched;
+    let pinned = patched.pointer("/metadata/resourceVersion") != cur.pointer("/metadata/resourceVersion");
+    if !pinned && let Some(m) = patched.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
     write_replicas(cl, def, ns, name, &patched, opts)
 }

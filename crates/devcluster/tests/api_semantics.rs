@@ -1141,6 +1141,20 @@ async fn deployment_scale_subresource() {
     assert_eq!(out.spec.and_then(|s| s.replicas), Some(4));
     assert_eq!(deps.get("sc").await.expect("get").spec.expect("spec").replicas, Some(4));
 
+    // A PUT carries the version it read: wait until the controllers have finished writing the
+    // Deployment's status for the new size, as a client would retry on a conflict otherwise.
+    let settled = |d: Option<&Deployment>| {
+        d.is_some_and(|d| {
+            let st = d.status.as_ref();
+            st.and_then(|s| s.observed_generation) == d.metadata.generation
+                && st.and_then(|s| s.available_replicas) == Some(4)
+                && st.and_then(|s| s.replicas) == Some(4)
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(30), kube::runtime::wait::await_condition(deps.clone(), "sc", settled))
+        .await
+        .expect("the deployment settles")
+        .expect("watch");
     let current = deps.get_scale("sc").await.expect("get scale");
     let mut next: Scale = current.clone();
     next.spec.get_or_insert_with(Default::default).replicas = Some(1);

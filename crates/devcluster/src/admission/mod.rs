@@ -12,7 +12,7 @@ use crate::cluster::Cluster;
 use crate::errors::{ApiError, ApiResult};
 use crate::meta;
 use crate::registry::{GroupResource, ResourceDef};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn list(cl: &Cluster, resource: &str, ns: &str) -> Vec<Value> {
     cl.store.list(&GroupResource::new("", resource), Some(ns)).0.iter().map(|o| (**o).clone()).collect()
@@ -22,14 +22,123 @@ fn is(def: &ResourceDef, group: &str, plural: &str) -> bool {
     !def.is_custom() && def.group == group && def.plural == plural
 }
 
-/// Mutating admission: LimitRange defaults into a new pod's containers.
-pub fn mutate(cl: &Cluster, def: &ResourceDef, obj: &mut Value, old: Option<&Value>, subresource: Option<&str>) {
+/// Mutating admission of a new pod, in the apiserver's plugin order: ServiceAccount (the
+/// `default` account and its API-access volume), LimitRanger (container defaults),
+/// DefaultTolerationSeconds, Priority. Then the QoS class is computed from the result.
+pub fn mutate(
+    cl: &Cluster,
+    def: &ResourceDef,
+    obj: &mut Value,
+    old: Option<&Value>,
+    subresource: Option<&str>,
+) -> ApiResult<()> {
     if subresource.is_some() || old.is_some() || !is(def, "", "pods") {
-        return;
+        return Ok(());
     }
+    service_account(cl, def, obj)?;
     let lrs = list(cl, "limitranges", meta::namespace(obj));
     if !lrs.is_empty() {
         limitrange::default_pod(obj, &lrs);
+    }
+    default_tolerations(obj);
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+        && !spec.contains_key("priorityClassName")
+    {
+        spec.entry("priority").or_insert(json!(0));
+        spec.entry("preemptionPolicy").or_insert(json!("PreemptLowerPriority"));
+    }
+    let qos = crate::builtin::defaults::pod_qos_class(obj);
+    if let Some(st) = obj.get_mut("status").and_then(Value::as_object_mut) {
+        st.insert("qosClass".into(), qos.into());
+    }
+    Ok(())
+}
+
+const SA_TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The ServiceAccount admission plugin: `serviceAccountName` defaults to `default`, the account
+/// must exist, and unless automounting is off its token, the root CA and the namespace are
+/// mounted at /var/run/secrets/kubernetes.io/serviceaccount from a `kube-api-access-*` volume.
+fn service_account(cl: &Cluster, def: &ResourceDef, pod: &mut Value) -> ApiResult<()> {
+    let ns = meta::namespace(pod).to_string();
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return Ok(()) };
+    let name = spec
+        .get("serviceAccountName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+        .to_string();
+    spec.insert("serviceAccountName".into(), name.clone().into());
+    spec.insert("serviceAccount".into(), name.clone().into());
+    let Some(sa) = cl.store.get(&GroupResource::new("", "serviceaccounts"), &ns, &name) else {
+        let pod_name = meta::name(pod).to_string();
+        return Err(ApiError::forbidden(
+            &def.group,
+            &def.plural,
+            &pod_name,
+            &format!("error looking up service account {ns}/{name}: serviceaccount {name:?} not found"),
+        ));
+    };
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return Ok(()) };
+    let automount = spec
+        .get("automountServiceAccountToken")
+        .and_then(Value::as_bool)
+        .or_else(|| sa.get("automountServiceAccountToken").and_then(Value::as_bool))
+        .unwrap_or(true);
+    if !automount {
+        return Ok(());
+    }
+    let mounted = |c: &Value| {
+        c.get("volumeMounts")
+            .and_then(Value::as_array)
+            .is_some_and(|ms| ms.iter().any(|m| m.get("mountPath").and_then(Value::as_str) == Some(SA_TOKEN_PATH)))
+    };
+    let containers = ["initContainers", "containers"];
+    if containers.iter().all(|f| spec.get(*f).and_then(Value::as_array).is_none_or(|cs| cs.iter().all(mounted))) {
+        return Ok(());
+    }
+    let vol_name = format!("kube-api-access-{}", &crate::meta::generate_name("")[..5]);
+    let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+    if let Some(vs) = volumes.as_array_mut() {
+        vs.push(json!({"name": vol_name, "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}, "path": "namespace"}]}},
+        ]}}));
+    }
+    for f in containers {
+        if let Some(cs) = spec.get_mut(f).and_then(Value::as_array_mut) {
+            for c in cs.iter_mut() {
+                if mounted(c) {
+                    continue;
+                }
+                if let Some(cm) = c.as_object_mut() {
+                    let mounts = cm.entry("volumeMounts").or_insert_with(|| json!([]));
+                    if let Some(ms) = mounts.as_array_mut() {
+                        ms.push(json!({"name": vol_name, "readOnly": true, "mountPath": SA_TOKEN_PATH}));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// DefaultTolerationSeconds: pods tolerate not-ready and unreachable nodes for 300s.
+fn default_tolerations(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(ts) = tolerations.as_array_mut() else { return };
+    for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+        let has = ts.iter().any(|t| {
+            t.get("key").and_then(Value::as_str) == Some(key)
+                && t.get("effect").and_then(Value::as_str).is_none_or(|e| e == "NoExecute" || e.is_empty())
+        }) || ts
+            .iter()
+            .any(|t| t.get("operator").and_then(Value::as_str) == Some("Exists") && t.get("key").is_none());
+        if !has {
+            ts.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+        }
     }
 }
 
@@ -113,23 +222,40 @@ pub fn validate(
         let lrs = list(cl, "limitranges", ns);
         limitrange::validate_pvc(obj, &lrs).map_err(|m| forbidden(def, obj, &m))?;
     }
-    // ResourceQuota.
-    let mut quotas = list(cl, "resourcequotas", ns);
-    if !quotas.is_empty() {
+    // ResourceQuota: the charge is written to the quota's status with a compare-and-swap on its
+    // resourceVersion, and everything is evaluated again on a conflict, so concurrent writes
+    // cannot both use the last unit of a quota.
+    'charge: for _ in 0..64 {
+        let mut quotas = list(cl, "resourcequotas", ns);
+        if quotas.is_empty() {
+            break;
+        }
         quotas.sort_by(|a, b| meta::name(a).cmp(meta::name(b)));
         let updates = quota::admit(&quotas, &def.storage.group, &def.storage.resource, obj, old)
             .map_err(|m| forbidden(def, obj, &m))?;
-        if !dry_run && let Some(qdef) = cl.registry.get("", "v1", "resourcequotas") {
-            for (name, used) in updates {
-                if let Some(q) = quotas.iter().find(|q| meta::name(q) == name) {
-                    let mut status = q.get("status").cloned().unwrap_or_default();
-                    if let Some(m) = status.as_object_mut() {
-                        m.insert("used".into(), quota::resource_list_to_json(&used));
-                    }
-                    crate::controllers::write_status(cl, &qdef, q, status, "resourcequota-admission");
-                }
+        if dry_run {
+            break;
+        }
+        let Some(qdef) = cl.registry.get("", "v1", "resourcequotas") else { break };
+        for (name, used) in updates {
+            let Some(q) = quotas.iter().find(|q| meta::name(q) == name) else { continue };
+            let mut next = q.clone();
+            if let Some(st) = next.as_object_mut().map(|m| m.entry("status").or_insert_with(|| json!({})))
+                && let Some(m) = st.as_object_mut()
+            {
+                m.insert("used".into(), quota::resource_list_to_json(&used));
+            }
+            let opts = crate::ops::WriteOpts {
+                subresource: Some("status".into()),
+                ..crate::ops::WriteOpts::system("resourcequota-admission")
+            };
+            match crate::ops::update(cl, &qdef, ns, &name, next, &opts) {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => continue 'charge,
+                Err(e) => return Err(e),
             }
         }
+        break;
     }
     Ok(warnings)
 }

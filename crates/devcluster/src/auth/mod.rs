@@ -90,12 +90,11 @@ fn verify_sa_token(cl: &Cluster, token: &str) -> Option<UserInfo> {
     if !groups.iter().any(|g| g == rbac::ALL_AUTHENTICATED) {
         groups.push(rbac::ALL_AUTHENTICATED.to_string());
     }
-    Some(UserInfo {
-        name: rbac::service_account_username(ns, name),
-        uid: uid.to_string(),
-        groups,
-        extra: Default::default(),
-    })
+    let mut extra = std::collections::BTreeMap::new();
+    if let Some(jti) = claims.get("jti").and_then(Value::as_str) {
+        extra.insert("authentication.kubernetes.io/credential-id".to_string(), vec![format!("JTI={jti}")]);
+    }
+    Some(UserInfo { name: rbac::service_account_username(ns, name), uid: uid.to_string(), groups, extra })
 }
 
 /// Who a request is: Err(401) for a bearer token that does not verify.

@@ -540,7 +540,28 @@ fn workload(kind: &str, spec: &Value, p: &Path, errs: &mut Errs) {
                     "`selector` does not match template `labels`",
                 ));
             }
-            pod_template(t, &tp, errs);
+            if kind == "StatefulSet" && !arr(spec, "volumeClaimTemplates").is_empty() {
+                // The claims of volumeClaimTemplates become volumes of the pods: mounts may name them.
+                let mut t = t.clone();
+                let claims: Vec<Value> = arr(spec, "volumeClaimTemplates")
+                    .iter()
+                    .filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str))
+                    .map(|n| serde_json::json!({"name": n, "persistentVolumeClaim": {"claimName": n}}))
+                    .collect();
+                if let Some(ps) = t.get_mut("spec").and_then(Value::as_object_mut) {
+                    let vols = ps.entry("volumes").or_insert_with(|| Value::Array(vec![]));
+                    if let Some(v) = vols.as_array_mut() {
+                        for c in claims {
+                            if !v.iter().any(|x| x.get("name") == c.get("name")) {
+                                v.push(c);
+                            }
+                        }
+                    }
+                }
+                pod_template(&t, &tp, errs);
+            } else {
+                pod_template(t, &tp, errs);
+            }
             let rp =
                 t.get("spec").map(|s| s.get("restartPolicy").and_then(Value::as_str).unwrap_or_default()).unwrap_or("");
             if rp != "Always" && !rp.is_empty() {

@@ -260,6 +260,41 @@ impl Controller for DeploymentController {
             }
         }
 
+        // The new ReplicaSet carries the highest revision (a rollback makes an old one new
+        // again), and the Deployment the revision of its new ReplicaSet.
+        if let Some(n) = new_rs.clone() {
+            let max_old = old.iter().map(revision).max().unwrap_or(0);
+            if revision(&n) <= max_old {
+                let mut next = n.clone();
+                if let Some(m) = crate::meta::meta_mut(&mut next) {
+                    let ann = m.entry("annotations").or_insert_with(|| json!({}));
+                    if let Some(a) = ann.as_object_mut() {
+                        a.insert(REVISION.into(), (max_old + 1).to_string().into());
+                    }
+                }
+                if let Ok(w) =
+                    ops::update(cl, &rsdef, &key.namespace, meta::name(&n), next, &WriteOpts::system(MANAGER))
+                {
+                    new_rs = Some(w.object);
+                }
+            }
+            let rev = new_rs.as_ref().map(revision).unwrap_or(0).to_string();
+            let current = d.pointer("/metadata/annotations").and_then(|a| a.get(REVISION)).and_then(Value::as_str);
+            if current != Some(rev.as_str()) {
+                let patch = json!({"metadata": {"annotations": {REVISION: rev}}});
+                let body = serde_json::to_vec(&patch).unwrap_or_default();
+                let _ = ops::patch(
+                    cl,
+                    &ddef,
+                    &key.namespace,
+                    &key.name,
+                    crate::request::BodyFormat::MergePatch,
+                    &body,
+                    &WriteOpts::system(MANAGER),
+                );
+            }
+        }
+
         if !paused && let Some(n) = new_rs.clone() {
             if recreate {
                 let mut old_running = false;

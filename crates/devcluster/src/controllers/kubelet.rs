@@ -84,21 +84,38 @@ fn schedule(cl: &Cluster, pod: &Value) -> bool {
         let now = meta::now();
         let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
         let mut conds = conditions::of(Some(&status));
-        let total = cl.store.count(&GroupResource::new("", "nodes"));
+        let (all_nodes, _) = cl.store.list(&GroupResource::new("", "nodes"), None);
+        let total = all_nodes.len();
+        let unschedulable = all_nodes
+            .iter()
+            .filter(|n| n.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true))
+            .count();
+        let not_ready = all_nodes
+            .iter()
+            .filter(|n| n.pointer("/spec/unschedulable").and_then(Value::as_bool) != Some(true))
+            .filter(|n| !conditions::is_true(&conditions::of(n.get("status")), "Ready"))
+            .count();
+        // The scheduler's FitError message: reasons sorted, each with its node count.
+        let mut reasons = vec![];
+        if not_ready > 0 {
+            reasons.push(format!("{not_ready} node(s) had untolerated taint {{node.kubernetes.io/not-ready: }}"));
+        }
+        if unschedulable > 0 {
+            reasons.push(format!("{unschedulable} node(s) were unschedulable"));
+        }
+        reasons.sort();
+        let msg = if total == 0 {
+            "no nodes available to schedule pods.".to_string()
+        } else {
+            format!("{}.", reasons.join(", "))
+        };
         conditions::set(
             &mut conds,
             Style::Pod,
             "PodScheduled",
             "False",
             "Unschedulable",
-            &format!(
-                "0/{total} nodes are available: {}",
-                if total == 0 {
-                    "no nodes available to schedule pods."
-                } else {
-                    "node(s) were unschedulable or not ready."
-                }
-            ),
+            &format!("0/{total} nodes are available: {msg}"),
             &now,
         );
         if let Some(m) = status.as_object_mut() {
@@ -348,9 +365,17 @@ impl Controller for Kubelet {
         "kubelet"
     }
 
-    fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
+    fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr == pods() && c.kind != EventType::Deleted {
             out.push(Key::of(c));
+        } else if c.gr.group.is_empty() && c.gr.resource == "nodes" {
+            // A node that became schedulable: pending pods are looked at again.
+            let (all, _) = cl.store.list(&pods(), None);
+            out.extend(
+                all.iter()
+                    .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str).is_none_or(str::is_empty))
+                    .map(|p| Key::new("", "pods", meta::namespace(p), meta::name(p))),
+            );
         }
     }
 

@@ -22,7 +22,7 @@ fn ns_key(name: &str) -> Key {
 }
 
 /// Make sure a live namespace has its root CA ConfigMap and default ServiceAccount.
-fn seed(cl: &Cluster, ns: &str) {
+pub fn seed(cl: &Cluster, ns: &str) {
     if let Some(cm) = def(cl, "", "configmaps")
         && cl.store.get(&cm.storage, ns, "kube-root-ca.crt").is_none()
     {
@@ -67,7 +67,8 @@ fn finish(cl: &Cluster, ns_obj: &Value) {
         // Count what is still there after this pass.
         let (left, _) = cl.store.list(&d.storage, Some(ns));
         if !left.is_empty() {
-            remaining.insert(crate::errors::qualified(&d.storage.group, &d.storage.resource), left.len());
+            // Upstream prints "%s.%s" of resource and group: "configmaps." for the core group.
+            remaining.insert(format!("{}.{}", d.storage.resource, d.storage.group), left.len());
             for o in &left {
                 for f in meta::finalizers(o) {
                     *by_finalizer.entry(f).or_default() += 1;

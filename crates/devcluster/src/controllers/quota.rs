@@ -27,9 +27,24 @@ impl Controller for QuotaController {
             return;
         }
         if c.gr == quotas() {
-            if c.kind != EventType::Deleted {
+            // Recount when the quota is new or its spec changed (not on its own status writes).
+            if c.kind != EventType::Deleted && c.prev.as_ref().is_none_or(|p| p.get("spec") != c.object.get("spec")) {
                 out.push(Key::of(c));
             }
+            return;
+        }
+        // Usage is charged by admission as objects are written; the controller replenishes it when
+        // objects go away (or pods finish), as the real replenishment controller does, so a charge
+        // for an object about to be stored is never recounted away.
+        let finished = |o: &Value| {
+            matches!(o.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed"))
+        };
+        let replenish = c.kind == EventType::Deleted
+            || (c.gr.group.is_empty()
+                && c.gr.resource == "pods"
+                && finished(&c.object)
+                && !c.prev.as_ref().is_some_and(|p| finished(p)));
+        if !replenish {
             return;
         }
         for q in cl.store.list(&quotas(), Some(&c.namespace)).0 {

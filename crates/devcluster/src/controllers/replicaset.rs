@@ -93,9 +93,11 @@ pub(crate) fn event(cl: &Cluster, obj: &Value, type_: &str, reason: &str, messag
         let _ = super::write_object(cl, &edef, &e, next, component);
         return;
     }
+    // Named as the event recorder names them: <object>.<unix nanos in hex>.
+    let nanos = jiff::Timestamp::now().as_nanosecond();
     let ev = json!({
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": format!("{}.", meta::name(obj)), "namespace": ns},
+        "metadata": {"name": format!("{}.{:x}", meta::name(obj), nanos), "namespace": ns},
         "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta::name(obj),
             "namespace": meta::namespace(obj), "uid": meta::uid(obj), "resourceVersion": meta::meta_str(obj, "resourceVersion").unwrap_or("")},
         "reason": reason, "message": message, "type": type_,
@@ -160,6 +162,14 @@ impl Controller for ReplicaSetController {
                 let pod = pod_from_template(&rs, &template, None, &[]);
                 match ops::create(cl, &pdef, &key.namespace, pod, &WriteOpts::system(MANAGER)) {
                     Ok(w) => {
+                        event(
+                            cl,
+                            &rs,
+                            "Normal",
+                            "SuccessfulCreate",
+                            &format!("Created pod: {}", meta::name(&w.object)),
+                            MANAGER,
+                        );
                         pods.push(std::sync::Arc::new(w.object));
                     }
                     Err(e) => {
@@ -176,6 +186,7 @@ impl Controller for ReplicaSetController {
             let excess = pods.len() - want;
             for p in ranked.iter().take(excess) {
                 super::delete(cl, &pdef, &key.namespace, meta::name(p));
+                event(cl, &rs, "Normal", "SuccessfulDelete", &format!("Deleted pod: {}", meta::name(p)), MANAGER);
             }
             let gone: Vec<String> = ranked.iter().take(excess).map(|p| meta::name(p).to_string()).collect();
             pods.retain(|p| !gone.contains(&meta::name(p).to_string()));

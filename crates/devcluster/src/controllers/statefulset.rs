@@ -295,8 +295,13 @@ impl Controller for VolumeBinder {
     }
 
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
-        if c.gr.group.is_empty() && c.gr.resource == "persistentvolumeclaims" && c.kind != EventType::Deleted {
-            out.push(Key::of(c));
+        if c.gr.group.is_empty() && c.gr.resource == "persistentvolumeclaims" {
+            if c.kind == EventType::Deleted {
+                // Its volume is released (reclaim policy Delete: deleted).
+                out.push(Key::new("", "persistentvolumes", "", &format!("pvc-{}", meta::uid(&c.object))));
+            } else {
+                out.push(Key::of(c));
+            }
         }
     }
 
@@ -306,13 +311,73 @@ impl Controller for VolumeBinder {
     }
 
     fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration> {
+        if key.gr.resource == "persistentvolumes" {
+            let pv = super::get(cl, key)?;
+            let claim_ns = pv.pointer("/spec/claimRef/namespace").and_then(Value::as_str).unwrap_or("");
+            let claim = pv.pointer("/spec/claimRef/name").and_then(Value::as_str).unwrap_or("");
+            let claim_uid = pv.pointer("/spec/claimRef/uid").and_then(Value::as_str).unwrap_or("");
+            let bound =
+                cl.store.get(&crate::registry::GroupResource::new("", "persistentvolumeclaims"), claim_ns, claim);
+            if bound.is_none_or(|c| meta::uid(&c) != claim_uid)
+                && pv.pointer("/spec/persistentVolumeReclaimPolicy").and_then(Value::as_str) == Some("Delete")
+                && let Some(pvdef) = def(cl, "", "persistentvolumes")
+            {
+                super::delete(cl, &pvdef, "", &key.name);
+            }
+            return None;
+        }
         let pvc = super::get(cl, key)?;
-        if meta::is_deleting(&pvc) || pvc.pointer("/status/phase").and_then(Value::as_str) == Some("Bound") {
+        if meta::is_deleting(&pvc)
+            || (pvc.pointer("/status/phase").and_then(Value::as_str) == Some("Bound")
+                && pvc.pointer("/spec/volumeName").and_then(Value::as_str).is_some_and(|v| !v.is_empty()))
+        {
             return None;
         }
         let pvcdef = def(cl, "", "persistentvolumeclaims")?;
+        let pvdef = def(cl, "", "persistentvolumes")?;
         let storage = pvc.pointer("/spec/resources/requests/storage").cloned().unwrap_or(json!("1Gi"));
         let modes = pvc.pointer("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"]));
+        // A dynamically provisioned volume, `pvc-<claim uid>`, bound to the claim.
+        let pv_name = format!("pvc-{}", meta::uid(&pvc));
+        if cl.store.get(&pvdef.storage, "", &pv_name).is_none() {
+            let mut spec = json!({
+                "capacity": {"storage": storage}, "accessModes": modes,
+                "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": key.namespace, "name": key.name,
+                    "uid": meta::uid(&pvc), "resourceVersion": meta::meta_str(&pvc, "resourceVersion").unwrap_or("")},
+                "persistentVolumeReclaimPolicy": "Delete", "volumeMode": pvc.pointer("/spec/volumeMode").cloned().unwrap_or(json!("Filesystem")),
+                "hostPath": {"path": format!("/var/lib/devcluster/volumes/{pv_name}"), "type": ""},
+            });
+            if let Some(sc) = pvc.pointer("/spec/storageClassName").and_then(Value::as_str) {
+                spec["storageClassName"] = json!(sc);
+            }
+            let pv = json!({"apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": pv_name, "annotations": {"pv.kubernetes.io/provisioned-by": "devcluster.io/hostpath"}},
+                "spec": spec});
+            if let Ok(w) = ops::create(cl, &pvdef, "", pv, &WriteOpts::system("persistentvolume-binder-controller")) {
+                super::write_status(
+                    cl,
+                    &pvdef,
+                    &w.object,
+                    json!({"phase": "Bound"}),
+                    "persistentvolume-binder-controller",
+                );
+            }
+        }
+        if pvc.pointer("/spec/volumeName").and_then(Value::as_str).is_none_or(str::is_empty) {
+            let mut next = (*pvc).clone();
+            if let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("volumeName".into(), pv_name.clone().into());
+            }
+            if let Some(m) = crate::meta::meta_mut(&mut next) {
+                let ann = m.entry("annotations").or_insert_with(|| json!({}));
+                if let Some(a) = ann.as_object_mut() {
+                    a.insert("pv.kubernetes.io/bind-completed".into(), "yes".into());
+                    a.insert("pv.kubernetes.io/bound-by-controller".into(), "yes".into());
+                }
+            }
+            super::write_object(cl, &pvcdef, &pvc, next, "persistentvolume-binder-controller");
+        }
+        let pvc = super::get(cl, key)?;
         let status = json!({"phase": "Bound", "accessModes": modes, "capacity": {"storage": storage}});
         super::write_status(cl, &pvcdef, &pvc, status, "persistentvolume-binder-controller");
         None
