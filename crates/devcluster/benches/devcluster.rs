@@ -150,8 +150,8 @@ async fn main() {
     let mut floors = vec![];
     for _ in 0..10 {
         let t = Instant::now();
-        let r = ops::list(&cl, &def, Some("default"), &Default::default()).unwrap();
-        let body = serde_json::to_vec(&ops::list_object(&def, r)).unwrap();
+        let page = ops::list_stored(&cl, &def, Some("default"), &Default::default()).unwrap();
+        let body = ops::list_json(&def, &page).unwrap();
         assert!(body.len() > N * 50);
         floors.push(t.elapsed());
     }

@@ -376,6 +376,14 @@ async fn resource(
             let mut list_opts = ListOpts::parse(&def, q.get("labelSelector"), q.get("fieldSelector"))?;
             list_opts.limit = q.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
             list_opts.continue_token = q.get("continue").map(str::to_string);
+            if output == Output::Json {
+                let page = ops::list_stored(&cl, &def, ns.as_deref(), &list_opts)?;
+                if let Some(body) = ops::list_json(&def, &page) {
+                    let mut resp = Response::new(full(body));
+                    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                    return Ok(resp);
+                }
+            }
             let r = ops::list(&cl, &def, ns.as_deref(), &list_opts)?;
             let v = match output {
                 Output::Table => {

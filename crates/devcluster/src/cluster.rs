@@ -58,6 +58,8 @@ pub struct Cluster {
     pub kick: Notify,
     /// The last ClusterIP handed out, to allocate the next one.
     pub(crate) ip_alloc: Mutex<()>,
+    /// Indexes of the stored objects the controllers look things up in.
+    pub(crate) index: Mutex<crate::controllers::index::Indexes>,
 }
 
 impl Cluster {
@@ -77,6 +79,7 @@ impl Cluster {
             faults,
             kick: Notify::new(),
             ip_alloc: Mutex::new(()),
+            index: Mutex::new(Default::default()),
         })
     }
 
@@ -89,6 +92,10 @@ impl Cluster {
     pub fn set_faults(&self, rules: Vec<FaultRule>) {
         *self.faults.write().unwrap_or_else(|e| e.into_inner()) = rules;
         self.kick.notify_one();
+    }
+
+    pub(crate) fn index(&self) -> std::sync::MutexGuard<'_, crate::controllers::index::Indexes> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn server_url(&self) -> &str {

@@ -56,6 +56,11 @@ pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
     obj
 }
 
+/// Whether stored objects are served unchanged by `def`.
+pub fn served_as_stored(def: &ResourceDef) -> bool {
+    def.conversion == Conversion::None && def.version == def.storage_version
+}
+
 /// The object as served by `def`.
 pub fn from_storage(def: &ResourceDef, stored: &Value) -> Value {
     if def.conversion == Conversion::None

@@ -152,6 +152,19 @@ struct ContinueToken {
 }
 
 pub fn list(cl: &Cluster, def: &ResourceDef, ns: Option<&str>, opts: &ListOpts) -> ApiResult<ListResult> {
+    let raw = list_stored(cl, def, ns, opts)?;
+    let items = raw.items.iter().map(|o| convert::from_storage(def, o)).collect();
+    Ok(ListResult { items, resource_version: raw.resource_version, continue_token: raw.continue_token, remaining: None })
+}
+
+/// A page of stored objects (not converted to the served version).
+pub struct StoredPage {
+    pub items: Vec<Arc<Value>>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+}
+
+pub fn list_stored(cl: &Cluster, def: &ResourceDef, ns: Option<&str>, opts: &ListOpts) -> ApiResult<StoredPage> {
     let after = match &opts.continue_token {
         Some(t) => {
             let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -176,8 +189,55 @@ pub fn list(cl: &Cluster, def: &ResourceDef, ns: Option<&str>, opts: &ListOpts) 
     } else {
         None
     };
-    let items = items.iter().map(|o| convert::from_storage(def, o)).collect();
-    Ok(ListResult { items, resource_version: rv, continue_token, remaining: None })
+    Ok(StoredPage { items, resource_version: rv, continue_token })
+}
+
+/// A list answered straight from the stored objects, without copying them, when they are served
+/// as stored (no conversion): the JSON of the list object as the server writes it.
+pub fn list_json(def: &ResourceDef, page: &StoredPage) -> Option<Vec<u8>> {
+    if !convert::served_as_stored(def) {
+        return None;
+    }
+    struct Item<'a>(&'a Value, bool);
+    impl serde::Serialize for Item<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            let Some(m) = self.0.as_object() else { return self.0.serialize(s) };
+            let mut map = s.serialize_map(None)?;
+            for (k, v) in m {
+                // Items of built-in lists carry no kind and apiVersion, as the server's.
+                if self.1 && (k == "kind" || k == "apiVersion") {
+                    continue;
+                }
+                map.serialize_entry(k, v)?;
+            }
+            map.end()
+        }
+    }
+    let mut head = list_object(
+        def,
+        ListResult {
+            items: vec![],
+            resource_version: page.resource_version,
+            continue_token: page.continue_token.clone(),
+            remaining: None,
+        },
+    );
+    if let Some(m) = head.as_object_mut() {
+        m.remove("items");
+    }
+    let mut out = serde_json::to_vec(&head).ok()?;
+    out.pop(); // the closing brace
+    out.extend_from_slice(b",\"items\":[");
+    let strip = !def.is_custom();
+    for (i, o) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, &Item(o, strip)).ok()?;
+    }
+    out.extend_from_slice(b"]}");
+    Some(out)
 }
 
 /// Check the body is an object of the endpoint's kind; fill in apiVersion/kind when absent.
@@ -280,7 +340,8 @@ fn normalize(
     opts: &WriteOpts,
 ) -> ApiResult<Vec<String>> {
     let mut warnings = vec![];
-    let unknown = crate::validation::prune(def, obj);
+    // The cluster's own writes carry only the kind's fields: nothing to prune.
+    let unknown = if opts.trusted { vec![] } else { crate::validation::prune(def, obj) };
     if !unknown.is_empty() {
         match opts.field_validation {
             FieldValidation::Strict => {
@@ -644,7 +705,10 @@ pub fn bind(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, node: &str) -
         }
         meta::canonicalize(&mut next, false);
         match cl.store.update(&def.storage, ns, name, object_rv(&cur), next) {
-            Ok(saved) => return Ok(convert::from_storage(def, &saved)),
+            Ok(saved) => {
+                crate::hooks::after_write(cl, def, &saved, Some(&cur));
+                return Ok(convert::from_storage(def, &saved));
+            }
             Err(StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(store_err(def, name, e)),
         }

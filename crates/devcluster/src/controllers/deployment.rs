@@ -171,7 +171,6 @@ impl Controller for DeploymentController {
         }
         let ddef = def(cl, "apps", "deployments")?;
         let rsdef = def(cl, "apps", "replicasets")?;
-        let uid = meta::uid(&d).to_string();
         let desired = d.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0);
         let template = d.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
         let collision = d.pointer("/status/collisionCount").and_then(Value::as_i64).unwrap_or(0);
@@ -192,11 +191,11 @@ impl Controller for DeploymentController {
         max_surge = max_surge.max(0);
         let paused = d.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
 
-        let mut all: Vec<Value> = super::list_ns(cl, "apps", "replicasets", &key.namespace)
-            .into_iter()
-            .filter(|rs| super::controller_uid(rs) == Some(uid.as_str()))
-            .map(|a| (*a).clone())
-            .collect();
+        let mut all: Vec<Value> =
+            super::replicaset::owned(cl, &d, &crate::registry::GroupResource::new("apps", "replicasets"))
+                .into_iter()
+                .map(|a| (*a).clone())
+                .collect();
         all.sort_by_key(|rs| {
             (revision(rs), rs.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("").to_string())
         });

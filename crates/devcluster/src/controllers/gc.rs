@@ -13,59 +13,14 @@ use crate::ops::{self, WriteOpts};
 use crate::request::BodyFormat;
 use crate::store::{Change, EventType};
 use serde_json::{Value, json};
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 const MANAGER: &str = "generic-garbage-collector";
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
 
-#[derive(Default)]
-struct Index {
-    /// owner uid -> dependents
-    dependents: HashMap<String, BTreeSet<Key>>,
-    /// dependent -> its owner uids
-    owners: HashMap<Key, Vec<String>>,
-    /// uid -> object key (to find an owner from a dependent)
-    by_uid: HashMap<String, Key>,
-}
-
-impl Index {
-    fn set(&mut self, key: &Key, uid: &str, owner_uids: Vec<String>) {
-        if let Some(old) = self.owners.remove(key) {
-            for u in old {
-                if let Some(s) = self.dependents.get_mut(&u) {
-                    s.remove(key);
-                    if s.is_empty() {
-                        self.dependents.remove(&u);
-                    }
-                }
-            }
-        }
-        for u in &owner_uids {
-            self.dependents.entry(u.clone()).or_default().insert(key.clone());
-        }
-        if !owner_uids.is_empty() {
-            self.owners.insert(key.clone(), owner_uids);
-        }
-        if !uid.is_empty() {
-            self.by_uid.insert(uid.to_string(), key.clone());
-        }
-    }
-
-    fn remove(&mut self, key: &Key, uid: &str) {
-        self.set(key, "", vec![]);
-        if self.by_uid.get(uid) == Some(key) {
-            self.by_uid.remove(uid);
-        }
-    }
-}
-
-#[derive(Default)]
-pub struct GarbageCollector {
-    index: Mutex<Index>,
-}
+pub struct GarbageCollector;
 
 fn owner_refs(obj: &Value) -> Vec<Value> {
     obj.pointer("/metadata/ownerReferences").and_then(Value::as_array).cloned().unwrap_or_default()
@@ -122,14 +77,8 @@ fn owner_state(cl: &Cluster, dependent: &Key, r: &Value) -> OwnerState {
     }
 }
 
-impl GarbageCollector {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
-        self.index.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn dependents_of(&self, uid: &str) -> Vec<Key> {
-        self.lock().dependents.get(uid).map(|s| s.iter().cloned().collect()).unwrap_or_default()
-    }
+fn dependents_of(cl: &Cluster, uid: &str) -> Vec<Key> {
+    cl.index().dependents(uid, None)
 }
 
 impl Controller for GarbageCollector {
@@ -137,56 +86,39 @@ impl Controller for GarbageCollector {
         "garbage-collector"
     }
 
-    fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
+    fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         let key = Key::of(c);
-        let uid = meta::uid(&c.object).to_string();
-        let mut idx = self.lock();
+        let uid = meta::uid(&c.object);
+        let idx = cl.index();
         if c.kind == EventType::Deleted {
             // Its dependents may now be garbage; owners waiting in the foreground may be done.
-            if let Some(deps) = idx.dependents.get(&uid) {
-                out.extend(deps.iter().cloned());
-            }
+            out.extend(idx.dependents(uid, None));
             for ou in owner_uids(&c.object) {
-                if let Some(k) = idx.by_uid.get(&ou) {
-                    out.push(k.clone());
+                if let Some(k) = idx.by_uid(&ou) {
+                    out.push(k);
                 }
             }
-            idx.remove(&key, &uid);
             return;
         }
-        let owners = owner_uids(&c.object);
-        if !owners.is_empty() {
+        if !owner_uids(&c.object).is_empty() {
             out.push(key.clone());
         }
         if has_gc_finalizer(&c.object) {
-            out.push(key.clone());
-            if let Some(deps) = idx.dependents.get(&uid) {
-                out.extend(deps.iter().cloned());
-            }
+            out.push(key);
+            out.extend(idx.dependents(uid, None));
         }
-        idx.set(&key, &uid, owners);
     }
 
     fn all_keys(&self, cl: &Cluster, out: &mut Vec<Key>) {
-        let mut idx = self.lock();
-        *idx = Index::default();
         let mut seen = BTreeSet::new();
         for d in cl.registry.all() {
             if !seen.insert(d.storage.clone()) {
                 continue;
             }
-            let (items, _) = cl.store.list(&d.storage, None);
-            for o in items {
-                let key = Key {
-                    gr: d.storage.clone(),
-                    namespace: meta::namespace(&o).to_string(),
-                    name: meta::name(&o).to_string(),
-                };
-                let owners = owner_uids(&o);
-                if !owners.is_empty() || has_gc_finalizer(&o) {
-                    out.push(key.clone());
+            for o in cl.store.list(&d.storage, None).0 {
+                if !owner_uids(&o).is_empty() || has_gc_finalizer(&o) {
+                    out.push(Key { gr: d.storage.clone(), namespace: meta::namespace(&o).to_string(), name: meta::name(&o).to_string() });
                 }
-                idx.set(&key, meta::uid(&o), owners);
             }
         }
     }
@@ -197,7 +129,7 @@ impl Controller for GarbageCollector {
         if meta::is_deleting(&obj) {
             let fins = meta::finalizers(&obj);
             if fins.iter().any(|f| f == ORPHAN) {
-                for dk in self.dependents_of(&uid) {
+                for dk in dependents_of(cl, &uid) {
                     if let Some(dep) = super::get(cl, &dk) {
                         retain_refs(cl, &dk, &dep, &|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
                     }
@@ -207,7 +139,7 @@ impl Controller for GarbageCollector {
             }
             if fins.iter().any(|f| f == FOREGROUND) {
                 let mut left = 0;
-                for dk in self.dependents_of(&uid) {
+                for dk in dependents_of(cl, &uid) {
                     let Some(dep) = super::get(cl, &dk) else { continue };
                     if !owner_uids(&dep).contains(&uid) {
                         continue;

@@ -125,9 +125,12 @@ fn schedule(cl: &Cluster, pod: &Value) -> bool {
         super::write_status(cl, &pdef, pod, status, "default-scheduler");
         return false;
     }
-    let (all, _) = cl.store.list(&pods(), None);
-    let load = |n: &str| all.iter().filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(n)).count();
-    let Some(node) = nodes.iter().min_by_key(|n| (load(n), n.to_string())) else { return false };
+    let Some(node) = ({
+        let idx = cl.index();
+        nodes.iter().min_by_key(|n| (idx.pods_on(n), n.to_string())).cloned()
+    }) else {
+        return false;
+    };
     let body = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta::name(pod)}, "target": {"kind": "Node", "name": node}});
     let opts = WriteOpts { subresource: Some("binding".into()), ..WriteOpts::system("default-scheduler") };
     ops::update(cl, &pdef, meta::namespace(pod), meta::name(pod), body, &opts).is_ok()
@@ -147,9 +150,7 @@ fn node_ip(cl: &Cluster, node: &str) -> Option<String> {
 /// The lowest free pod address of the node (10.244.N.x, then 10.245.N.x, ... for node N).
 fn allocate_pod_ip(cl: &Cluster, node: &str) -> String {
     let index = node.rsplit('-').next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(1).saturating_sub(1) % 256;
-    let (all, _) = cl.store.list(&pods(), None);
-    let used: BTreeSet<String> =
-        all.iter().filter_map(|p| p.pointer("/status/podIP").and_then(Value::as_str).map(str::to_string)).collect();
+    let used: BTreeSet<String> = cl.index().pod_ips_on(node);
     for second in 244..=254u32 {
         for host in 2..=254u32 {
             let ip = format!("10.{second}.{index}.{host}");

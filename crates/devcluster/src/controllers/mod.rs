@@ -12,6 +12,7 @@ pub mod crds;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
+pub mod index;
 pub mod kubelet;
 pub mod namespace;
 pub mod quota;
@@ -63,7 +64,7 @@ pub fn all() -> Vec<Box<dyn Controller>> {
     vec![
         Box::new(namespace::NamespaceController),
         Box::new(crds::CrdCleanup),
-        Box::new(gc::GarbageCollector::default()),
+        Box::new(gc::GarbageCollector),
         Box::new(deployment::DeploymentController),
         Box::new(replicaset::ReplicaSetController),
         Box::new(statefulset::StatefulSetController),
@@ -83,6 +84,7 @@ struct Runner {
 
 impl Runner {
     fn resync(&mut self) {
+        self.cl.index().rebuild(&self.cl);
         let mut keys = vec![];
         for (i, c) in self.ctrls.iter().enumerate() {
             keys.clear();

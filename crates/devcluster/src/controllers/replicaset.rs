@@ -26,11 +26,17 @@ fn active(pod: &Value) -> bool {
 
 /// The pods a workload controls: in its namespace, with a controller reference to its uid.
 pub(crate) fn owned_pods(cl: &Cluster, owner: &Value) -> Vec<std::sync::Arc<Value>> {
+    owned(cl, owner, &crate::registry::GroupResource::new("", "pods"))
+}
+
+/// The objects of a resource whose controller is `owner` (from the owner index).
+pub(crate) fn owned(cl: &Cluster, owner: &Value, gr: &crate::registry::GroupResource) -> Vec<std::sync::Arc<Value>> {
     let uid = meta::uid(owner);
-    super::list_ns(cl, "", "pods", meta::namespace(owner))
-        .into_iter()
-        .filter(|p| super::controller_uid(p) == Some(uid))
-        .collect()
+    let keys = cl.index().dependents(uid, Some(gr));
+    let mut out: Vec<std::sync::Arc<Value>> =
+        keys.iter().filter_map(|k| super::get(cl, k)).filter(|p| super::controller_uid(p) == Some(uid)).collect();
+    out.sort_by(|a, b| meta::name(a).cmp(meta::name(b)));
+    out
 }
 
 /// A pod for a workload: the template's metadata and spec, a controller reference, a name.
@@ -78,11 +84,7 @@ pub(crate) fn event(cl: &Cluster, obj: &Value, type_: &str, reason: &str, messag
     };
     let now = meta::now();
     let uid = meta::uid(obj);
-    let same = super::list_ns(cl, "", "events", ns).into_iter().find(|e| {
-        e.pointer("/involvedObject/uid").and_then(Value::as_str) == Some(uid)
-            && e.get("reason").and_then(Value::as_str) == Some(reason)
-            && e.get("message").and_then(Value::as_str) == Some(message)
-    });
+    let same = cl.index().event(uid, reason, message).and_then(|k| super::get(cl, &k));
     if let Some(e) = same {
         let mut next = (*e).clone();
         let count = e.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
