@@ -19,6 +19,24 @@ struct Cli {
 enum Cmd {
     /// Serve the Kubernetes API over HTTPS until interrupted.
     Serve(ServeArgs),
+    /// Print a token for a service account (TokenRequest), to act as it:
+    /// `kubectl --token "$(devcluster token team-a/robot)" get pods -n team-a`.
+    Token(TokenArgs),
+}
+
+#[derive(clap::Args)]
+struct TokenArgs {
+    /// The service account, as NAMESPACE/NAME.
+    service_account: String,
+    /// The kubeconfig of a running devcluster.
+    #[arg(long, env = "KUBECONFIG", default_value = "devcluster.kubeconfig")]
+    kubeconfig: PathBuf,
+    /// How long the token is valid, in seconds (at least 600).
+    #[arg(long, default_value_t = 3600)]
+    duration: i64,
+    /// Audiences of the token (repeatable; the API server's by default).
+    #[arg(long = "audience")]
+    audiences: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -61,7 +79,41 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Serve(args) => serve(args),
+        Cmd::Token(args) => token(args),
     }
+}
+
+fn token(args: TokenArgs) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some((ns, name)) = args.service_account.split_once('/').filter(|(n, s)| !n.is_empty() && !s.is_empty()) else {
+        anyhow::bail!(
+            "service account {:?}: expected NAMESPACE/NAME, e.g. default/robot",
+            args.service_account
+        );
+    };
+    let path = args.kubeconfig.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+    let yaml = std::fs::read_to_string(&path)
+        .map_err(|e| anyhow::anyhow!("reading the kubeconfig {path}: {e} (start devcluster serve first, or pass --kubeconfig)"))?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let client = devcluster::client_for(&yaml).await?;
+        let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> = kube::Api::namespaced(client, ns);
+        let req = k8s_openapi::api::authentication::v1::TokenRequest {
+            spec: k8s_openapi::api::authentication::v1::TokenRequestSpec {
+                audiences: args.audiences.clone(),
+                expiration_seconds: Some(args.duration),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let resp = sas
+            .create_token_request(name, &Default::default(), &req)
+            .await
+            .map_err(|e| anyhow::anyhow!("requesting a token for {ns}/{name}: {e}"))?;
+        let token = resp.status.map(|s| s.token).unwrap_or_default();
+        println!("{token}");
+        anyhow::Ok(())
+    })
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {

@@ -373,6 +373,39 @@ mod tests {
         assert!(matches!(parse_path("/api/v1/a/b/c/d"), PathKind::Other(_)));
     }
 
+    proptest::proptest! {
+        /// Request parsing never panics, whatever the path, query, headers or body.
+        #[test]
+        fn parsing_never_panics(path in ".{0,80}", query in ".{0,80}", accept in ".{0,80}", ct in ".{0,40}", body in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = parse_path(&path);
+            let q = Query::parse(Some(&query));
+            let _ = q.flag("watch");
+            let _ = q.int("limit");
+            let _ = q.dry_run();
+            let _ = negotiate(Some(&accept), false);
+            let _ = negotiate(Some(&accept), true);
+            let _ = body_format(Some(&ct));
+            let _ = decode_body(&body, false);
+            let _ = decode_body(&body, true);
+            let _ = decode_object(&body, true, "ConfigMap");
+            let _ = decode_object(&body, false, "ConfigMap");
+        }
+
+        /// Every path made of resource-like segments splits into the parts it was made of.
+        #[test]
+        fn resource_paths_round_trip(ns in "[a-z][a-z0-9-]{0,10}", res in "[a-z]{1,12}", name in "[a-z][a-z0-9.-]{0,12}") {
+            let path = format!("/apis/apps/v1/namespaces/{ns}/{res}/{name}");
+            match parse_path(&path) {
+                PathKind::Resource(r) if res != "status" && res != "finalize" => {
+                    proptest::prop_assert_eq!(r.namespace.as_deref(), Some(ns.as_str()));
+                    proptest::prop_assert_eq!(r.resource, res);
+                    proptest::prop_assert_eq!(r.name.as_deref(), Some(name.as_str()));
+                }
+                _ => {}
+            }
+        }
+    }
+
     #[test]
     fn negotiation_prefers_the_first_supported() {
         assert_eq!(
