@@ -34,7 +34,15 @@ pub fn before_write(cl: &Cluster, def: &ResourceDef, obj: &mut Value, old: Optio
 
 /// After an object was stored (stored form).
 pub fn after_write(cl: &Cluster, def: &ResourceDef, stored: &Value, old: Option<&Value>) {
-    cl.index().put(&crate::controllers::Key::new(&def.storage.group, &def.storage.resource, meta::namespace(stored), meta::name(stored)), stored);
+    cl.index().put(
+        &crate::controllers::Key::new(
+            &def.storage.group,
+            &def.storage.resource,
+            meta::namespace(stored),
+            meta::name(stored),
+        ),
+        stored,
+    );
     // A new namespace has its default ServiceAccount and root CA at once, so pods can be
     // created in it right away (the controllers keep them there afterwards).
     if is(def, "", "namespaces") && old.is_none() && !meta::is_deleting(stored) {
@@ -52,7 +60,15 @@ pub fn after_write(cl: &Cluster, def: &ResourceDef, stored: &Value, old: Option<
 
 /// After an object was removed from the store.
 pub fn after_delete(cl: &Cluster, def: &ResourceDef, stored: &Value) {
-    cl.index().remove(&crate::controllers::Key::new(&def.storage.group, &def.storage.resource, meta::namespace(stored), meta::name(stored)), stored);
+    cl.index().remove(
+        &crate::controllers::Key::new(
+            &def.storage.group,
+            &def.storage.resource,
+            meta::namespace(stored),
+            meta::name(stored),
+        ),
+        stored,
+    );
     if is(def, "apiextensions.k8s.io", "customresourcedefinitions") {
         cl.registry.remove_crd(meta::name(stored));
     }

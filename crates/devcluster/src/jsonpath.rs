@@ -19,7 +19,7 @@
 //!   slightly from Go's; it only changes which error a malformed expression reports.
 //! * Parsing depth of nested sub-expressions (unions, filters) is bounded.
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
 use std::borrow::Cow;
 
 use crate::duration;
@@ -1035,181 +1035,23 @@ fn print_text(v: &Value) -> String {
 
 /// `fmt.Sprint` of the Go value the apiserver's unstructured view holds.
 pub fn go_sprint(v: &Value) -> String {
-    let mut out = String::new();
-    sprint_into(&mut out, v);
-    out
+    crate::golike::go_v(v)
 }
 
-fn sprint_into(out: &mut String, v: &Value) {
-    match v {
-        Value::Null => out.push_str("<nil>"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => out.push_str(&i.to_string()),
-            None => out.push_str(&go_format_float_v(n.as_f64().unwrap_or(0.0))),
-        },
-        Value::String(s) => out.push_str(s),
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(' ');
-                }
-                sprint_into(out, x);
-            }
-            out.push(']');
-        }
-        Value::Object(m) => {
-            out.push_str("map[");
-            for (i, (k, x)) in sorted_entries(m).into_iter().enumerate() {
-                if i > 0 {
-                    out.push(' ');
-                }
-                out.push_str(k);
-                out.push(':');
-                sprint_into(out, x);
-            }
-            out.push(']');
-        }
-    }
-}
-
-fn sorted_entries(m: &Map<String, Value>) -> Vec<(&String, &Value)> {
-    let mut entries: Vec<(&String, &Value)> = m.iter().collect();
-    entries.sort_by(|a, b| a.0.cmp(b.0));
-    entries
-}
-
-/// `json.Marshal` of the Go value: keys sorted, `<`, `>`, `&`, U+2028 and U+2029 escaped,
-/// floats in Go's notation.
+/// The bytes `encoding/json` writes for a value (sorted keys, HTML-safe escapes).
 pub fn go_json(v: &Value) -> String {
-    let mut out = String::new();
-    json_into(&mut out, v);
-    out
+    crate::golike::go_json(v)
 }
 
-fn json_into(out: &mut String, v: &Value) {
-    match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => out.push_str(&i.to_string()),
-            None => out.push_str(&go_json_float(n.as_f64().unwrap_or(0.0))),
-        },
-        Value::String(s) => out.push_str(&go_json_quote(s)),
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                json_into(out, x);
-            }
-            out.push(']');
-        }
-        Value::Object(m) => {
-            out.push('{');
-            for (i, (k, x)) in sorted_entries(m).into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&go_json_quote(k));
-                out.push(':');
-                json_into(out, x);
-            }
-            out.push('}');
-        }
-    }
-}
-
-/// A string as Go's `encoding/json` writes it (HTML-safe).
+/// `encoding/json`'s quoting of a string.
 pub fn go_json_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    crate::golike::go_json_quote(s)
 }
 
-/// The shortest decimal digits of `f` (no sign) and the exponent of the first digit:
-/// `f = d.ddd × 10^exp`.
-fn shortest_digits(f: f64) -> (String, i32) {
-    let s = format!("{:e}", f.abs());
-    let (mantissa, exp) = s.split_once('e').unwrap_or((s.as_str(), "0"));
-    (mantissa.replace('.', ""), exp.parse().unwrap_or(0))
-}
-
-fn fixed_notation(digits: &str, exp: i32) -> String {
-    let nd = digits.len() as i64;
-    let exp = i64::from(exp);
-    if exp < 0 {
-        let zeros = usize::try_from(-exp - 1).unwrap_or(0);
-        return format!("0.{}{}", "0".repeat(zeros), digits);
-    }
-    let int_len = exp + 1;
-    if nd <= int_len {
-        format!("{}{}", digits, "0".repeat(usize::try_from(int_len - nd).unwrap_or(0)))
-    } else {
-        let split = usize::try_from(int_len).unwrap_or(0);
-        format!("{}.{}", digits.get(..split).unwrap_or(""), digits.get(split..).unwrap_or(""))
-    }
-}
-
-fn exponent_notation(digits: &str, exp: i32) -> String {
-    let (first, rest) = digits.split_at(digits.len().min(1));
-    let mantissa = if rest.is_empty() { first.to_string() } else { format!("{first}.{rest}") };
-    let sign = if exp < 0 { '-' } else { '+' };
-    format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
-}
-
-/// Go's `%v` of a `float64` (`strconv.FormatFloat(f, 'g', -1, 64)`): `1.5`, `100000`, `1e+06`,
-/// `1e-05`.
+/// Go's `%v` of a float64.
 pub fn go_format_float_v(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".to_string();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "+Inf" } else { "-Inf" }.to_string();
-    }
-    let (digits, exp) = shortest_digits(f);
-    let body = if !(-4..6).contains(&exp) { exponent_notation(&digits, exp) } else { fixed_notation(&digits, exp) };
-    if f.is_sign_negative() { format!("-{body}") } else { body }
+    crate::golike::go_float_g(f)
 }
-
-/// Go's `encoding/json` float64: fixed notation, exponent form below 1e-6 and from 1e21
-/// (`1e-7`, `1e+21`).
-fn go_json_float(f: f64) -> String {
-    if !f.is_finite() {
-        return "null".to_string();
-    }
-    let abs = f.abs();
-    let (digits, exp) = shortest_digits(f);
-    let body = if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-        let e = exponent_notation(&digits, exp);
-        // Go cleans up e-09 to e-9.
-        match e.split_once("e-0") {
-            Some((m, d)) => format!("{m}e-{d}"),
-            None => e,
-        }
-    } else {
-        fixed_notation(&digits, exp)
-    };
-    if f.is_sign_negative() { format!("-{body}") } else { body }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1557,7 +1399,7 @@ mod tests {
             (123456789.125, "1.23456789125e+08", "123456789.125"),
         ] {
             assert_eq!(go_format_float_v(f), v, "%v of {f}");
-            assert_eq!(go_json_float(f), j, "json of {f}");
+            assert_eq!(crate::golike::go_json_float(f), j, "json of {f}");
         }
     }
 
@@ -1593,7 +1435,7 @@ mod tests {
         #[test]
         fn float_formatting_round_trips(f in any::<f64>().prop_filter("finite", |f| f.is_finite())) {
             prop_assert_eq!(go_format_float_v(f).parse::<f64>().ok(), Some(f));
-            prop_assert_eq!(go_json_float(f).parse::<f64>().ok(), Some(f));
+            prop_assert_eq!(crate::golike::go_json_float(f).parse::<f64>().ok(), Some(f));
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod duration;
 pub mod errors;
 pub mod faults;
 pub mod field;
+pub mod golike;
 pub mod hooks;
 pub mod jsonpath;
 pub mod meta;

@@ -86,14 +86,12 @@ fn main() -> anyhow::Result<()> {
 fn token(args: TokenArgs) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let Some((ns, name)) = args.service_account.split_once('/').filter(|(n, s)| !n.is_empty() && !s.is_empty()) else {
-        anyhow::bail!(
-            "service account {:?}: expected NAMESPACE/NAME, e.g. default/robot",
-            args.service_account
-        );
+        anyhow::bail!("service account {:?}: expected NAMESPACE/NAME, e.g. default/robot", args.service_account);
     };
     let path = args.kubeconfig.to_string_lossy().split(':').next().unwrap_or_default().to_string();
-    let yaml = std::fs::read_to_string(&path)
-        .map_err(|e| anyhow::anyhow!("reading the kubeconfig {path}: {e} (start devcluster serve first, or pass --kubeconfig)"))?;
+    let yaml = std::fs::read_to_string(&path).map_err(|e| {
+        anyhow::anyhow!("reading the kubeconfig {path}: {e} (start devcluster serve first, or pass --kubeconfig)")
+    })?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let client = devcluster::client_for(&yaml).await?;

@@ -154,7 +154,12 @@ struct ContinueToken {
 pub fn list(cl: &Cluster, def: &ResourceDef, ns: Option<&str>, opts: &ListOpts) -> ApiResult<ListResult> {
     let raw = list_stored(cl, def, ns, opts)?;
     let items = raw.items.iter().map(|o| convert::from_storage(def, o)).collect();
-    Ok(ListResult { items, resource_version: raw.resource_version, continue_token: raw.continue_token, remaining: None })
+    Ok(ListResult {
+        items,
+        resource_version: raw.resource_version,
+        continue_token: raw.continue_token,
+        remaining: None,
+    })
 }
 
 /// A page of stored objects (not converted to the served version).

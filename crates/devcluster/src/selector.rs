@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::field::FieldError;
-use crate::jsonpath::go_json_quote;
+use crate::golike::go_json_quote;
 
 /// A selector that could not be parsed or built. The text is the `message` of the `400`
 /// Status the apiserver returns for the offending `labelSelector`/`fieldSelector` parameter.
@@ -39,130 +39,8 @@ impl fmt::Display for SelectorError {
 
 impl std::error::Error for SelectorError {}
 
-// ---------------------------------------------------------------------------------------------
-// Validation of label keys and values (k8s.io/apimachinery/pkg/util/validation, v1.33 texts).
-// ---------------------------------------------------------------------------------------------
-
-const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_ERR: &str =
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const QUALIFIED_NAME_MAX_LEN: usize = 63;
-const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
-const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const LABEL_VALUE_MAX_LEN: usize = 63;
-const DNS1123_SUBDOMAIN_FMT: &str = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_MAX_LEN: usize = 253;
-
-/// `validation.RegexError`.
-fn regex_error(msg: &str, re: &str, examples: &[&str]) -> String {
-    if examples.is_empty() {
-        return format!("{msg} (regex used for validation is '{re}')");
-    }
-    let mut s = format!("{msg} (e.g. ");
-    for (i, ex) in examples.iter().enumerate() {
-        if i > 0 {
-            s.push_str(" or ");
-        }
-        s.push('\'');
-        s.push_str(ex);
-        s.push_str("', ");
-    }
-    s.push_str("regex used for validation is '");
-    s.push_str(re);
-    s.push_str("')");
-    s
-}
-
-/// `validation.MaxLenError` (v1.33 wording).
-fn max_len_error(n: usize) -> String {
-    format!("must be no more than {n} characters")
-}
-
-/// `^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`
-fn is_qualified_name_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    match (b.first(), b.last()) {
-        (Some(first), Some(last)) => {
-            first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
-}
-
-fn is_dns1123_label_chars(label: &str) -> bool {
-    let b = label.as_bytes();
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    match (b.first(), b.last()) {
-        (Some(first), Some(last)) => alnum(first) && alnum(last) && b.iter().all(|c| alnum(c) || *c == b'-'),
-        _ => false,
-    }
-}
-
-/// `validation.IsDNS1123Subdomain`: the error strings, empty when valid.
-pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > DNS1123_SUBDOMAIN_MAX_LEN {
-        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX_LEN));
-    }
-    if !value.split('.').all(is_dns1123_label_chars) {
-        errs.push(regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"]));
-    }
-    errs
-}
-
-/// `validation.IsQualifiedName`, the rule for label keys (and annotation keys, finalizer
-/// names...): an optional DNS-subdomain prefix and `/`, then a name of at most 63 characters.
-/// Returns the error strings, empty when valid.
-pub fn is_qualified_name(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    let parts: Vec<&str> = value.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                errs.push("prefix part must be non-empty".to_string());
-            } else {
-                errs.extend(is_dns1123_subdomain(prefix).into_iter().map(|m| format!("prefix part {m}")));
-            }
-            *name
-        }
-        _ => {
-            errs.push(format!(
-                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
-            ));
-            return errs;
-        }
-    };
-    if name.is_empty() {
-        errs.push("name part must be non-empty".to_string());
-    } else if name.len() > QUALIFIED_NAME_MAX_LEN {
-        errs.push(format!("name part {}", max_len_error(QUALIFIED_NAME_MAX_LEN)));
-    }
-    if !is_qualified_name_part(name) {
-        errs.push(format!(
-            "name part {}",
-            regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
-        ));
-    }
-    errs
-}
-
-/// `validation.IsValidLabelValue`: empty, or at most 63 characters of `[-A-Za-z0-9_.]` starting
-/// and ending with an alphanumeric. Returns the error strings, empty when valid.
-pub fn is_valid_label_value(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > LABEL_VALUE_MAX_LEN {
-        errs.push(max_len_error(LABEL_VALUE_MAX_LEN));
-    }
-    if !value.is_empty() && !is_qualified_name_part(value) {
-        errs.push(regex_error(LABEL_VALUE_ERR, LABEL_VALUE_FMT, &["MyValue", "my_value", "12345"]));
-    }
-    errs
-}
+// Label keys and values are validated by the apimachinery validators (v1.33 texts).
+pub use crate::validation::names::{is_dns1123_subdomain, is_qualified_name, is_valid_label_value};
 
 /// `utilerrors.NewAggregate(errs).Error()`: duplicates dropped, one message bare, several in
 /// brackets.

@@ -42,7 +42,10 @@ async fn serve_flags_and_token() {
     assert_eq!(nodes.list(&ListParams::default()).await.expect("nodes").items.len(), 2);
 
     let sas: Api<ServiceAccount> = Api::namespaced(client, "default");
-    let sa = ServiceAccount { metadata: kube::api::ObjectMeta { name: Some("robot".into()), ..Default::default() }, ..Default::default() };
+    let sa = ServiceAccount {
+        metadata: kube::api::ObjectMeta { name: Some("robot".into()), ..Default::default() },
+        ..Default::default()
+    };
     sas.create(&PostParams::default(), &sa).await.expect("service account");
     let out = Command::new(env!("CARGO_BIN_EXE_devcluster"))
         .args(["token", "default/robot", "--kubeconfig"])
@@ -58,7 +61,12 @@ async fn serve_flags_and_token() {
         .args(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}", "--token", &token])
         .output()
         .expect("kubectl runs");
-    assert_eq!(String::from_utf8_lossy(&who.stdout), "system:serviceaccount:default:robot", "{}", String::from_utf8_lossy(&who.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&who.stdout),
+        "system:serviceaccount:default:robot",
+        "{}",
+        String::from_utf8_lossy(&who.stderr)
+    );
 
     let bad = Command::new(env!("CARGO_BIN_EXE_devcluster"))
         .args(["token", "robot", "--kubeconfig"])

@@ -1,71 +1,13 @@
 //! The real `/usr/bin/kubectl` against devcluster: every command a user runs, with its output
 //! checked.
 
+mod support;
+
 use devcluster::DevCluster;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
-
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: tempfile::TempDir,
-    dir: tempfile::TempDir,
-}
-
-impl Kubectl {
-    fn new(dc: &DevCluster) -> Self {
-        Kubectl {
-            kubeconfig: dc.kubeconfig_path(),
-            cache: tempfile::tempdir().unwrap(),
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("kubectl");
-        c.env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", self.dir.path())
-            .arg("--cache-dir")
-            .arg(self.cache.path())
-            .args(args)
-            .current_dir(self.dir.path());
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("kubectl runs")
-    }
-
-    /// Run and require success; return stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\nstdout: {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Run and require failure; return stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} should fail but printed {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-
-    fn write(&self, name: &str, content: &str) -> String {
-        let p = self.dir.path().join(name);
-        std::fs::write(&p, content).unwrap();
-        p.display().to_string()
-    }
-}
+use support::kubectl::Kubectl;
 
 const CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1

@@ -117,7 +117,11 @@ impl Controller for GarbageCollector {
             }
             for o in cl.store.list(&d.storage, None).0 {
                 if !owner_uids(&o).is_empty() || has_gc_finalizer(&o) {
-                    out.push(Key { gr: d.storage.clone(), namespace: meta::namespace(&o).to_string(), name: meta::name(&o).to_string() });
+                    out.push(Key {
+                        gr: d.storage.clone(),
+                        namespace: meta::namespace(&o).to_string(),
+                        name: meta::name(&o).to_string(),
+                    });
                 }
             }
         }

@@ -31,8 +31,8 @@ use super::fieldset::{
     FieldSet, Kind, ListKind, PathElement, Ty, ensure_named_fields_are_members, fields_of_ty, list_item_pe,
     path_string, validate, value_equal,
 };
-use super::golike::{go_json, rfc3339_unix, write_go_json_string};
 use crate::field::go_quote;
+use crate::golike::{go_json, rfc3339_unix, write_go_json_string};
 use crate::schema::SchemaRef;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;

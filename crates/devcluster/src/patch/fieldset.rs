@@ -16,8 +16,8 @@
 //! `x-kubernetes-map-type`; fields without schema are "deduced" as upstream does for
 //! `x-kubernetes-preserve-unknown-fields`: objects are granular maps, arrays atomic.
 
-use super::golike::{go_json, write_go_json_string};
 use crate::field::go_quote;
+use crate::golike::{go_json, write_go_json_string};
 use crate::schema::{ListType, SchemaRef};
 use serde_json::{Map, Value};
 use std::cmp::Ordering;

@@ -17,7 +17,7 @@ use std::fmt;
 
 pub mod apply;
 pub mod fieldset;
-mod golike;
+use crate::golike;
 pub mod strategic;
 
 pub use apply::{

@@ -20,7 +20,7 @@
 //! a merged list), the decoder drops them; we drop them here, so they never reach storage.
 
 use super::PatchError;
-use super::golike::{go_eq, go_s, go_type_name, go_v, go_v_lists, json_type_word, slice_stable};
+use crate::golike::{go_eq, go_s, go_type_name, go_v, go_v_lists, json_type_word, slice_stable};
 use crate::schema::SchemaRef;
 use serde_json::{Map, Value};
 

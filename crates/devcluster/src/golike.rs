@@ -1,4 +1,5 @@
-//! Small pieces of Go behaviour the patch code must reproduce byte for byte: how Go's `fmt`
+//! Small pieces of Go behaviour devcluster must reproduce byte for byte (in patch results,
+//! JSONPath output and error messages): how Go's `fmt`
 //! prints decoded JSON values in error messages (`%v`, `%s`), how `encoding/json` encodes a
 //! value (sorted keys, HTML-safe escapes, float formatting), how `reflect` names the types of
 //! decoded JSON, and `sort.SliceStable`, whose exact algorithm decides the element order
@@ -122,7 +123,7 @@ fn go_number_v(n: &Number) -> String {
 
 /// Go's `%v` of a float64 (`strconv.FormatFloat(f, 'g', -1, 64)`): shortest digits, exponent
 /// form (`1e+06`, `1e-05`) when the decimal exponent is below -4 or at least 6.
-fn go_float_g(f: f64) -> String {
+pub(crate) fn go_float_g(f: f64) -> String {
     if f == 0.0 {
         return if f.is_sign_negative() { "-0".into() } else { "0".into() };
     }
@@ -162,7 +163,7 @@ fn go_exp_form(mantissa: &str, exp: i32, two_digit_negative: bool) -> String {
 
 /// `encoding/json`'s float64 encoding: `%f`-style shortest digits, exponent form outside
 /// [1e-6, 1e21) with `e-07` cleaned up to `e-7`.
-fn go_json_float(f: f64) -> String {
+pub(crate) fn go_json_float(f: f64) -> String {
     if !f.is_finite() {
         return "null".into();
     }
@@ -440,6 +441,13 @@ pub(crate) fn rfc3339_unix(s: &str) -> Option<i64> {
         _ => return None,
     };
     Some(days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset)
+}
+
+/// `encoding/json`'s quoting of a string (HTML-safe escapes), as a string.
+pub(crate) fn go_json_quote(s: &str) -> String {
+    let mut out = String::new();
+    write_go_json_string(&mut out, s);
+    out
 }
 
 #[cfg(test)]
