@@ -342,8 +342,18 @@ async fn resource(
             force: q.flag("force")?,
             is_apply: false,
             trusted: false,
+            create_denied: None,
         })
     };
+    // An update or patch may create the object (PUT where the kind allows it, an apply): that
+    // needs `create` too, decided now with the request's attributes.
+    let create_denied = if matches!(method, Method::PUT | Method::PATCH) && rp.subresource.is_none() {
+        crate::auth::create_denied(&cl, &attrs)
+    } else {
+        None
+    };
+    let write_opts =
+        || -> ApiResult<WriteOpts> { Ok(WriteOpts { create_denied: create_denied.clone(), ..write_opts()? }) };
     match (method, name) {
         (Method::GET, None) if is_watch => {
             let list_opts = ListOpts::parse(&def, q.get("labelSelector"), q.get("fieldSelector"))?;

@@ -152,6 +152,11 @@ impl ApiError {
         Self::new(401, "Unauthorized", "Unauthorized")
     }
 
+    /// A 403 with the authorizer's whole message (details carry name, group, kind).
+    pub fn forbidden_message(group: &str, resource: &str, name: &str, message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message).with_details(name, group, resource)
+    }
+
     /// `configmaps "x" is forbidden: <msg>` (details carry name, group, kind).
     pub fn forbidden(group: &str, resource: &str, name: &str, msg: &str) -> Self {
         let target = if name.is_empty() {

@@ -51,6 +51,9 @@ pub struct WriteOpts {
     /// Written by the cluster itself (controllers, bootstrap): well-formed JSON of the kind's
     /// types, so the decoder's type checks are skipped.
     pub trusted: bool,
+    /// For an update or patch whose caller may not `create`: the 403 to answer should the write
+    /// create the object.
+    pub create_denied: Option<ApiError>,
 }
 
 impl WriteOpts {
@@ -580,12 +583,21 @@ fn guaranteed_update(
         let (body, pinned) = compute(cur.as_ref())?;
         let Some(cur) = cur else {
             // Create on update (PUT of a missing object where the kind allows it, or apply).
+            if let Some(denied) = &opts.create_denied {
+                return Err(denied.clone());
+            }
             let mut w = create(cl, def, ns, body, opts)?;
             w.created = true;
             return Ok(w);
         };
         let cur_rv = object_rv(&cur);
+        // An apply computed the managed fields on the whole object; a subresource write keeps
+        // only its part of the body, but the apply's managedFields record stands.
+        let applied_managed = if opts.is_apply { body.pointer("/metadata/managedFields").cloned() } else { None };
         let mut new = prepare_update(def, &cur, body, opts.subresource.as_deref());
+        if let (Some(mf), Some(m)) = (applied_managed, meta::meta_mut(&mut new)) {
+            m.insert("managedFields".into(), mf);
+        }
         let warnings = normalize(cl, def, &mut new, Some(&cur), opts)?;
         // No new finalizers on an object being deleted.
         if meta::is_deleting(&cur) {

@@ -911,6 +911,44 @@ async fn server_side_apply_owns_fields_conflicts_and_forces() {
     }
 }
 
+#[tokio::test]
+async fn server_side_apply_to_status_records_its_fields_and_drops_what_it_stops_applying() {
+    let dc = DevCluster::start().await.expect("devcluster starts");
+    let api: Api<Service> = Api::default_namespaced(dc.client());
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "lb"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}}))
+    .expect("a service");
+    api.create(&PostParams::default(), &svc).await.expect("create");
+    let apply = |ingress: Value| {
+        Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb"},
+            "status": {"loadBalancer": {"ingress": ingress}}}))
+    };
+    let out = api
+        .patch_status("lb", &PatchParams::apply("lb-controller").force(), &apply(json!([{"ip": "203.0.113.9"}])))
+        .await
+        .expect("apply to /status");
+    // The entry names the subresource (fieldmanager: managedFieldsUpdater with subresource).
+    let managed = out.metadata.managed_fields.expect("managedFields");
+    let entry = managed
+        .iter()
+        .find(|e| e.manager.as_deref() == Some("lb-controller"))
+        .unwrap_or_else(|| panic!("no lb-controller entry in {managed:?}"));
+    assert_eq!((entry.operation.as_deref(), entry.subresource.as_deref()), (Some("Apply"), Some("status")));
+    let fields = serde_json::to_string(&entry.fields_v1.as_ref().expect("fieldsV1").0).expect("json");
+    assert_eq!(fields, r#"{"f:status":{"f:loadBalancer":{"f:ingress":{}}}}"#);
+    // Applying the status without the ingress removes it: the applier owned it alone.
+    let out = api
+        .patch_status(
+            "lb",
+            &PatchParams::apply("lb-controller").force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb"}, "status": {}})),
+        )
+        .await
+        .expect("second apply to /status");
+    let lb = out.status.and_then(|s| s.load_balancer).and_then(|l| l.ingress);
+    assert!(lb.as_ref().is_none_or(|i| i.is_empty()), "the dropped ingress stays: {lb:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. metadata, status and scale subresources
 

@@ -1421,6 +1421,46 @@ async fn bot(dc: &DevCluster) -> Bot {
 
 const BOT: &str = "system:serviceaccount:team-a:bot";
 
+// handlers/patch.go and update.go: a patch (apply) or update that would create the object is
+// also authorized as a `create`, with the request's other attributes.
+#[tokio::test]
+async fn an_apply_that_would_create_needs_the_create_verb() {
+    let dc = DevCluster::start().await.expect("cluster starts");
+    let bot = bot(&dc).await;
+    let admin = dc.client();
+    let role: Role = from_json(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "cm-patcher"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch", "update"]}]}));
+    Api::<Role>::namespaced(admin.clone(), "team-a").create(&PostParams::default(), &role).await.expect("role");
+    let rb: RoleBinding = from_json(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "patcher"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-patcher"},
+        "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "team-a"}]}));
+    Api::<RoleBinding>::namespaced(admin.clone(), "team-a").create(&PostParams::default(), &rb).await.expect("binding");
+    let cms: Api<ConfigMap> = Api::namespaced(bot.client.clone(), "team-a");
+    let body = |v: &str| {
+        Patch::Apply(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"v": v}}),
+        )
+    };
+    let err = api_error(cms.patch("settings", &PatchParams::apply("bot"), &body("1")).await, "apply creating");
+    assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        err.message,
+        format!(
+            r#"configmaps "settings" is forbidden: User "{BOT}" cannot create resource "configmaps" in API group "" in the namespace "team-a""#
+        )
+    );
+    assert!(Api::<ConfigMap>::namespaced(admin.clone(), "team-a").get_opt("settings").await.expect("get").is_none());
+    // Once the object exists, patch alone is enough.
+    Api::<ConfigMap>::namespaced(admin.clone(), "team-a")
+        .create(&PostParams::default(), &configmap("settings"))
+        .await
+        .expect("admin creates it");
+    let out = cms.patch("settings", &PatchParams::apply("bot"), &body("2")).await.expect("apply to an existing object");
+    assert_eq!(out.data.expect("data")["v"], "2");
+}
+
 #[tokio::test]
 async fn a_service_account_token_authenticates_as_the_service_account() {
     let dc = DevCluster::start().await.expect("cluster starts");

@@ -164,6 +164,26 @@ pub fn authorize(cl: &Cluster, attrs: &Attributes) -> Result<(), Value> {
     }
 }
 
+/// Whether `attrs` may also `create`: an update or apply that would create the object needs it
+/// (apiserver handlers/update.go and patch.go authorize the create with the same attributes and
+/// verb `create`). The 403 to answer when not.
+pub fn create_denied(cl: &Cluster, attrs: &Attributes) -> Option<crate::errors::ApiError> {
+    if rbac::privileged(&attrs.user) {
+        return None;
+    }
+    let create = Attributes { verb: "create".into(), ..attrs.clone() };
+    let snap = PolicySnapshot::read(cl);
+    match rbac::authorize_chain(&create, &snap.policy()) {
+        Decision::Allow { .. } => None,
+        d => Some(crate::errors::ApiError::forbidden_message(
+            &create.api_group,
+            &create.resource,
+            &create.name,
+            rbac::forbidden_status_message(&create, d.reason()),
+        )),
+    }
+}
+
 /// Apply impersonation headers: Ok(the user to act as), or the error response.
 pub fn impersonate(
     cl: &Cluster,

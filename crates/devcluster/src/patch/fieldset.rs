@@ -415,6 +415,10 @@ impl FieldSet {
 
     fn emit(&self, include_self: bool) -> Map<String, Value> {
         let mut out = Map::new();
+        // `".": {}` comes first, as structured-merge-diff's emitContentsV1 writes it.
+        if include_self && !(self.members.is_empty() && self.children.is_empty()) {
+            out.insert(".".to_string(), Value::Object(Map::new()));
+        }
         let mut members = self.members.iter().peekable();
         let mut children = self.children.iter().peekable();
         loop {
@@ -450,9 +454,6 @@ impl FieldSet {
                 },
             };
             out.insert(key, value);
-        }
-        if include_self && !out.is_empty() {
-            out.insert(".".to_string(), Value::Object(Map::new()));
         }
         out
     }
@@ -903,6 +904,14 @@ mod tests {
     fn deduced_fields_for_unknown_schema() {
         let set = fields_of_untyped(&json!({"spec": {"a": {"b": 1}, "l": [1, 2], "e": {}}}));
         assert_eq!(set.to_fields_v1(), json!({"f:spec": {".": {}, "f:a": {".": {}, "f:b": {}}, "f:e": {}, "f:l": {}}}));
+    }
+
+    #[test]
+    fn self_marker_is_written_first() {
+        // Bytes as the apiserver stores them: `"."` before the children (Value equality would
+        // not see the order).
+        let set = fields_of_untyped(&json!({"spec": {"a": {"b": 1}, "e": {}}}));
+        assert_eq!(set.to_fields_v1().to_string(), r#"{"f:spec":{".":{},"f:a":{".":{},"f:b":{}},"f:e":{}}}"#);
     }
 
     #[test]
