@@ -1,0 +1,183 @@
+//! Compare-then-write against the API server's real defaulting and server-side apply.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{ObjectMeta, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use opkit::apply::{Outcome, WriteCounter, ensure};
+
+use crate::cluster;
+
+const FM: &str = "opkit-test";
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn config_map(data: &[(&str, &str)], labels_: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta { name: Some("owned".into()), labels: Some(labels(labels_)), ..Default::default() },
+        data: Some(labels(data)),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn create_then_nothing_then_restore_a_hand_edit_and_leave_foreign_fields() -> anyhow::Result<()> {
+    let dc = cluster().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
+    let writes = WriteCounter::new();
+    let desired = config_map(&[("mode", "preview"), ("ttl", "3600")], &[("app", "vesper")]);
+
+    assert_eq!(writes.ensure(&api, &desired, FM).await?, Outcome::Created);
+    let created = api.get("owned").await?;
+    assert_eq!(created.data, desired.data);
+    let managed = created.managed_fields();
+    assert!(
+        managed.iter().any(|m| m.manager.as_deref() == Some(FM) && m.operation.as_deref() == Some("Apply")),
+        "{managed:?}"
+    );
+
+    // Re-ensuring an up-to-date object writes nothing: same resourceVersion, counted unchanged.
+    for _ in 0..3 {
+        assert_eq!(writes.ensure(&api, &desired, FM).await?, Outcome::Unchanged);
+    }
+    assert_eq!(api.get("owned").await?.resource_version(), created.resource_version());
+    assert_eq!((writes.get(Outcome::Created), writes.get(Outcome::Updated), writes.get(Outcome::Unchanged)), (1, 0, 3));
+
+    // A hand edit of an owned field (kubectl edit) is put back.
+    let edit = serde_json::json!({"data": {"ttl": "60"}});
+    api.patch(
+        "owned",
+        &PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() },
+        &Patch::Merge(&edit),
+    )
+    .await?;
+    assert_eq!(writes.ensure(&api, &desired, FM).await?, Outcome::Updated);
+    let restored = api.get("owned").await?;
+    assert_eq!(restored.data.as_ref().and_then(|d| d.get("ttl")).map(String::as_str), Some("3600"));
+    assert_eq!(writes.ensure(&api, &desired, FM).await?, Outcome::Unchanged);
+
+    // A label another manager adds is not ours: left alone, nothing written.
+    let theirs = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned", "labels": {"team": "platform"}}});
+    api.patch("owned", &PatchParams::apply("someone-else"), &Patch::Apply(&theirs)).await?;
+    let before = api.get("owned").await?;
+    assert_eq!(writes.ensure(&api, &desired, FM).await?, Outcome::Unchanged);
+    let after = api.get("owned").await?;
+    assert_eq!(after.resource_version(), before.resource_version());
+    assert_eq!(after.labels().get("team").map(String::as_str), Some("platform"));
+
+    // A field we stop setting is removed (server-side apply drops what its manager no longer applies),
+    // and the foreign label still stays.
+    let smaller = config_map(&[("mode", "preview")], &[("app", "vesper")]);
+    assert_eq!(writes.ensure(&api, &smaller, FM).await?, Outcome::Updated);
+    let got = api.get("owned").await?;
+    assert_eq!(got.data, smaller.data);
+    assert_eq!(got.labels().get("team").map(String::as_str), Some("platform"));
+    assert_eq!(writes.ensure(&api, &smaller, FM).await?, Outcome::Unchanged);
+    assert_eq!(writes.writes(), 3);
+    Ok(())
+}
+
+fn deployment(image: &str) -> Deployment {
+    let app = labels(&[("app", "web")]);
+    Deployment {
+        metadata: ObjectMeta { name: Some("web".into()), labels: Some(app.clone()), ..Default::default() },
+        spec: Some(DeploymentSpec {
+            replicas: Some(2),
+            selector: LabelSelector { match_labels: Some(app.clone()), ..Default::default() },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(app), ..Default::default() }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "web".into(),
+                        image: Some(image.into()),
+                        // Server-side apply needs every key field of an associative list: (containerPort, protocol).
+                        ports: Some(vec![ContainerPort {
+                            container_port: 8080,
+                            protocol: Some("TCP".into()),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[tokio::test]
+async fn server_defaults_and_status_do_not_count_as_differences() -> anyhow::Result<()> {
+    let dc = cluster().await?;
+    let deployments: Api<Deployment> = Api::default_namespaced(dc.client());
+    let services: Api<Service> = Api::default_namespaced(dc.client());
+    let writes = WriteCounter::new();
+
+    assert_eq!(writes.ensure(&deployments, &deployment("nginx:1.27"), FM).await?, Outcome::Created);
+    let live = deployments.get("web").await?;
+    let spec = live.spec.as_ref().context("spec")?;
+    assert!(spec.strategy.is_some() && spec.revision_history_limit.is_some(), "the server defaulted fields");
+    let pod = spec.template.spec.as_ref().context("pod spec")?;
+    assert!(pod.restart_policy.is_some() && pod.containers[0].termination_message_path.is_some(), "pod defaults");
+
+    // The workload controllers write status meanwhile; the spec still matches.
+    let generation = live.metadata.generation;
+    for _ in 0..3 {
+        assert_eq!(writes.ensure(&deployments, &deployment("nginx:1.27"), FM).await?, Outcome::Unchanged);
+    }
+    assert_eq!(deployments.get("web").await?.metadata.generation, generation);
+
+    // A real change is written once.
+    assert_eq!(writes.ensure(&deployments, &deployment("nginx:1.28"), FM).await?, Outcome::Updated);
+    let live = deployments.get("web").await?;
+    assert_eq!(live.metadata.generation, generation.map(|g| g + 1));
+    assert_eq!(writes.ensure(&deployments, &deployment("nginx:1.28"), FM).await?, Outcome::Unchanged);
+
+    // A Service: clusterIP, sessionAffinity and the port's targetPort come from the server.
+    let svc = Service {
+        metadata: ObjectMeta { name: Some("web".into()), ..Default::default() },
+        spec: Some(ServiceSpec {
+            selector: Some(labels(&[("app", "web")])),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: 80,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    assert_eq!(writes.ensure(&services, &svc, FM).await?, Outcome::Created);
+    let live = services.get("web").await?;
+    let live_spec = live.spec.as_ref().context("spec")?;
+    assert!(live_spec.cluster_ip.is_some(), "clusterIP allocated");
+    assert!(live_spec.ports.as_ref().is_some_and(|p| p[0].target_port.is_some()), "targetPort defaulted");
+    let rv = live.resource_version();
+    assert_eq!(writes.ensure(&services, &svc, FM).await?, Outcome::Unchanged);
+    assert_eq!(services.get("web").await?.resource_version(), rv);
+    assert_eq!(writes.writes(), 3);
+    assert_eq!(writes.get(Outcome::Unchanged), 5);
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_any_request() -> anyhow::Result<()> {
+    let dc = cluster().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
+    let nameless = ConfigMap::default();
+    let err = ensure(&api, &nameless, FM).await.expect_err("no name");
+    assert!(err.to_string().contains("metadata.name"), "{err}");
+    let err = ensure(&api, &config_map(&[], &[]), "").await.expect_err("no field manager");
+    assert!(err.to_string().contains("field manager"), "{err}");
+    Ok(())
+}
