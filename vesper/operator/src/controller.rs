@@ -1,0 +1,383 @@
+//! The reconciliation of a preview and the watches that trigger it. Each reconciliation runs the
+//! same steps from the top and is safe to repeat (the seed's flowchart):
+//!
+//! 1. being deleted? delete the namespace, wait until it is gone, remove the finalizer;
+//! 2. otherwise add the finalizer; TTL passed? phase Expired, delete the preview;
+//! 3. the namespace (labelled with the preview's UID and Pod Security `restricted`);
+//! 4. a namespace or object Vesper did not create? phase Failed, reason NamespaceConflict, and
+//!    check again after 1s, doubling to 5 minutes (its deletion wakes no watch of ours);
+//! 5. ResourceQuota and LimitRange, then the NetworkPolicy (all before any pod can run);
+//! 6. the Deployment, the Service, the Ingress (when there is a preview domain);
+//! 7. the status, then come back when the TTL (or its warning) is due.
+//!
+//! Every object is compared with what it should be and written only when it differs, so a hand
+//! edit is restored and a reconcile that changes nothing writes nothing. The first step that
+//! fails ends the run: the Ready condition says why (ReconcileError) and the preview is retried
+//! with a growing delay.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::hostaddresses::HostAddresses;
+use crate::metrics::{ErrorLabels, Metrics, ResultLabels};
+use crate::status::{self, Computed};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Pod, ResourceQuota, Service};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vesper_api::{PreviewEnvironment, PreviewEnvironmentStatus};
+
+/// The field manager of everything the operator writes.
+pub const MANAGER: &str = "vesper-operator";
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub config: Config,
+    pub hosts: HostAddresses,
+    pub metrics: Arc<Metrics>,
+    pub events: opkit::events::EventPublisher,
+    pub clock: crate::clock::Clock,
+    failures: Mutex<HashMap<String, u32>>,
+    /// UIDs of previews this process has expired and not yet released, so an expiry is counted
+    /// once however many reconciles see it before the deletion lands.
+    expired: Mutex<std::collections::HashSet<String>>,
+    /// Previews blocked by a namespace or object Vesper did not create, and how often they were
+    /// checked again: someone else's object carries none of Vesper's labels, so its deletion
+    /// wakes no watch, and the preview is retried on a growing delay instead.
+    blocked: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        config: Config,
+        hosts: HostAddresses,
+        metrics: Arc<Metrics>,
+        clock: crate::clock::Clock,
+    ) -> Context {
+        let events = opkit::events::EventPublisher::new(client.clone(), MANAGER, std::env::var("POD_NAME").ok());
+        Context {
+            client,
+            config,
+            hosts,
+            metrics,
+            events,
+            clock,
+            failures: Mutex::new(HashMap::new()),
+            expired: Mutex::new(Default::default()),
+            blocked: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Record an Event about the preview (failures to record are logged, not fatal).
+    pub async fn event(&self, pe: &PreviewEnvironment, warning: bool, reason: &str, action: &str, note: &str) {
+        let r = pe.object_ref(&());
+        let res = if warning {
+            self.events.warning(&r, reason, action, note).await
+        } else {
+            self.events.normal(&r, reason, action, note).await
+        };
+        match res {
+            Ok(()) => self.metrics.writes.record("Event", opkit::apply::Outcome::Created),
+            Err(e) => tracing::warn!(preview = %pe.name_any(), error = %e, "could not record an event"),
+        }
+    }
+
+    /// Write the status when it differs from the stored one (server-side apply on /status).
+    pub async fn write_status(&self, pe: &PreviewEnvironment, status: PreviewEnvironmentStatus) -> Result<()> {
+        if pe.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let api: Api<PreviewEnvironment> = Api::namespaced(self.client.clone(), &pe.namespace().unwrap_or_default());
+        let body = serde_json::json!({
+            "apiVersion": "vesper.eventide.dev/v1alpha1",
+            "kind": "PreviewEnvironment",
+            "status": serde_json::to_value(&status).map_err(|e| Error::Serialize("status", e))?,
+        });
+        api.patch_status(&pe.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body)).await?;
+        self.metrics.writes.record("PreviewEnvironmentStatus", opkit::apply::Outcome::Updated);
+        Ok(())
+    }
+
+    async fn apply(&self, pe: &PreviewEnvironment, computed: Computed) -> Result<()> {
+        let phase = computed.status.phase;
+        let became_ready = phase == Some(vesper_api::Phase::Ready)
+            && pe.status.as_ref().and_then(|s| s.phase) != Some(vesper_api::Phase::Ready);
+        self.write_status(pe, computed.status).await?;
+        self.metrics.set_phase(&pe.uid().unwrap_or_default(), phase);
+        if became_ready
+            && pe
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == status::READY))
+                .is_none_or(|c| c.status != "True")
+            && let Some(created) = pe.metadata.creation_timestamp.as_ref()
+        {
+            let secs = self.clock.now().duration_since(created.0).as_secs_f64().max(0.0);
+            if pe.status.as_ref().and_then(|s| s.phase).is_none_or(|p| p == vesper_api::Phase::Pending) {
+                self.metrics.time_to_ready.observe(secs);
+            }
+        }
+        for n in computed.notes {
+            self.event(pe, n.warning, &n.reason, "Reconcile", &n.message).await;
+        }
+        Ok(())
+    }
+
+    /// Note that the preview expired; true the first time for this preview.
+    fn first_expiry(&self, pe: &PreviewEnvironment) -> bool {
+        self.expired.lock().map(|mut e| e.insert(pe.uid().unwrap_or_default())).unwrap_or(true)
+    }
+
+    /// Forget a preview that is gone (its finalizer released).
+    pub fn forget(&self, pe: &PreviewEnvironment) {
+        if let Ok(mut e) = self.expired.lock() {
+            e.remove(&pe.uid().unwrap_or_default());
+        }
+    }
+
+    /// When to check a blocked preview again: 1s, doubling to 5 minutes.
+    fn blocked_retry(&self, key: &str) -> Duration {
+        let Ok(mut b) = self.blocked.lock() else { return Duration::from_secs(60) };
+        let n = b.entry(key.to_string()).or_insert(0);
+        let delay = Duration::from_secs(1u64 << (*n).min(9)).min(Duration::from_secs(300));
+        *n += 1;
+        delay
+    }
+
+    fn unblocked(&self, key: &str) {
+        if let Ok(mut b) = self.blocked.lock() {
+            b.remove(key);
+        }
+    }
+
+    fn backoff(&self, key: &str) -> Duration {
+        let Ok(mut f) = self.failures.lock() else { return Duration::from_secs(5) };
+        let n = f.entry(key.to_string()).or_insert(0);
+        *n = (*n + 1).min(10);
+        Duration::from_millis(500u64 << *n).min(Duration::from_secs(300))
+    }
+
+    fn reset_backoff(&self, key: &str) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+    }
+}
+
+fn key_of(pe: &PreviewEnvironment) -> String {
+    format!("{}/{}", pe.namespace().unwrap_or_default(), pe.name_any())
+}
+
+/// Make sure an object in the preview's namespace is what it should be: refuse to touch one
+/// that is not Vesper's, write only when it differs.
+async fn ensure_owned<K>(ctx: &Context, pe: &PreviewEnvironment, namespace: &str, desired: &K) -> Result<()>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let name = desired.meta().name.clone().unwrap_or_default();
+    if let Some(live) = api.get_opt(&name).await?
+        && !crate::meta::is_ours(live.meta(), pe)
+    {
+        return Err(Error::Conflict { kind: K::kind(&()).into_owned(), namespace: namespace.into(), name });
+    }
+    ctx.metrics.writes.ensure(&api, desired, MANAGER).await?;
+    Ok(())
+}
+
+/// The whole reconciliation of one preview.
+async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Action> {
+    // 1. Being deleted?
+    if pe.metadata.deletion_timestamp.is_some() {
+        return crate::finalizer::cleanup(pe, ctx).await;
+    }
+    // 2. The finalizer; the TTL.
+    crate::finalizer::ensure(pe, ctx).await?;
+    let now = ctx.clock.now();
+    let expires_at = match crate::ttl::expires_at(pe) {
+        Ok(t) => t,
+        Err(e) => {
+            ctx.apply(pe, status::failed(pe, "InvalidSpec", &e.to_string(), now)).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    if now >= expires_at {
+        ctx.apply(pe, status::expired(pe, expires_at, now)).await?;
+        if ctx.first_expiry(pe) {
+            ctx.metrics.expirations.inc();
+        }
+        let api: Api<PreviewEnvironment> = Api::namespaced(ctx.client.clone(), &pe.namespace().unwrap_or_default());
+        match api.delete(&pe.name_any(), &DeleteParams::default()).await {
+            Ok(_) => ctx.metrics.writes.record("PreviewEnvironment", opkit::apply::Outcome::Deleted),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(Action::await_change());
+    }
+    // 3/4. The namespace, ours or a conflict.
+    let ns_name = crate::naming::namespace_name(&pe.namespace().unwrap_or_default(), &pe.name_any());
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    if let Some(live) = namespaces.get_opt(&ns_name).await? {
+        if !crate::meta::is_ours(&live.metadata, pe) {
+            let msg = format!(
+                "namespace {ns_name} exists and was not created by Vesper for this preview (it lacks the label {}={}); Vesper does not touch it: delete it or rename the preview",
+                vesper_api::LABEL_PREVIEW_UID,
+                pe.uid().unwrap_or_default()
+            );
+            ctx.apply(pe, status::failed(pe, "NamespaceConflict", &msg, now)).await?;
+            return Ok(Action::requeue(ctx.blocked_retry(&key_of(pe))));
+        }
+        if live.metadata.deletion_timestamp.is_some() {
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+    }
+    ctx.metrics.writes.ensure(&namespaces, &crate::namespace::namespace(pe, &ns_name), MANAGER).await?;
+    // 5. Quota, limits, network isolation: before any pod.
+    let cfg = &ctx.config;
+    let guarded = async {
+        ensure_owned::<ResourceQuota>(ctx, pe, &ns_name, &crate::quota::resource_quota(pe, cfg, &ns_name)?).await?;
+        ensure_owned::<LimitRange>(ctx, pe, &ns_name, &crate::quota::limit_range(pe, cfg, &ns_name)).await?;
+        let hosts = ctx.hosts.get();
+        ensure_owned::<NetworkPolicy>(
+            ctx,
+            pe,
+            &ns_name,
+            &crate::networkpolicy::network_policy(pe, cfg, &ns_name, &hosts),
+        )
+        .await?;
+        // 6. The workload and its routes.
+        ensure_owned::<Deployment>(ctx, pe, &ns_name, &crate::deployment::deployment(pe, cfg, &ns_name)).await?;
+        ensure_owned::<Service>(ctx, pe, &ns_name, &crate::service::service(pe, &ns_name)).await?;
+        let host = crate::ingress::host(pe, cfg);
+        match &host {
+            Some(h) => {
+                ensure_owned::<Ingress>(ctx, pe, &ns_name, &crate::ingress::ingress(pe, cfg, &ns_name, h)).await?
+            }
+            None => {
+                let ingresses: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns_name);
+                if let Some(i) = ingresses.get_opt(crate::ingress::NAME).await?
+                    && crate::meta::is_ours(&i.metadata, pe)
+                {
+                    ingresses.delete(crate::ingress::NAME, &DeleteParams::default()).await?;
+                    ctx.metrics.writes.record("Ingress", opkit::apply::Outcome::Deleted);
+                }
+            }
+        }
+        Ok::<_, Error>(host)
+    };
+    let host = match guarded.await {
+        Ok(h) => h,
+        Err(Error::Conflict { kind, namespace, name }) => {
+            let msg = format!(
+                "{kind} {name:?} in namespace {namespace:?} exists and was not created by Vesper for this preview; Vesper does not touch it: delete it"
+            );
+            ctx.apply(pe, status::failed(pe, "NamespaceConflict", &msg, now)).await?;
+            return Ok(Action::requeue(ctx.blocked_retry(&key_of(pe))));
+        }
+        Err(e) => return Err(e),
+    };
+    ctx.unblocked(&key_of(pe));
+    // 7. Status, from what the Deployment and its pods report.
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns_name);
+    let dep = deployments.get_opt(crate::deployment::NAME).await?;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns_name);
+    let selector = format!("{}={}", vesper_api::LABEL_PREVIEW_UID, pe.uid().unwrap_or_default());
+    let pod_list = pods.list(&ListParams::default().labels(&selector)).await?.items;
+    let computed = status::compute(status::Inputs {
+        pe,
+        deployment: dep.as_ref(),
+        pods: &pod_list,
+        namespace: &ns_name,
+        url: host.map(|h| format!("https://{h}")),
+        expires_at,
+        expiry_warning: ctx.config.expiry_warning,
+        now,
+    });
+    ctx.apply(pe, computed).await?;
+    Ok(Action::requeue(crate::ttl::next_wakeup(now, expires_at, ctx.config.expiry_warning)))
+}
+
+/// Reconcile one preview: the steps, metrics, and on failure the Ready condition saying why.
+pub async fn reconcile(pe: Arc<PreviewEnvironment>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_steps(&pe, &ctx).await;
+    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
+    match &result {
+        Ok(_) => {
+            ctx.reset_backoff(&key_of(&pe));
+            ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "ok".into() }).inc();
+        }
+        Err(e) => {
+            ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "error".into() }).inc();
+            ctx.metrics.errors.get_or_create(&ErrorLabels { error: e.metric_label().into() }).inc();
+            tracing::warn!(preview = %key_of(&pe), error = %e, "reconcile failed");
+            if pe.metadata.deletion_timestamp.is_none()
+                && let Err(e2) = ctx.apply(&pe, status::reconcile_error(&pe, &e.to_string(), ctx.clock.now())).await
+            {
+                tracing::warn!(preview = %key_of(&pe), error = %e2, "could not record the error in the status");
+            }
+        }
+    }
+    result
+}
+
+/// Retry a failed preview with a growing delay (0.5s doubling to 5m).
+pub fn error_policy(pe: Arc<PreviewEnvironment>, _err: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(ctx.backoff(&key_of(&pe)))
+}
+
+/// The preview an object made for it belongs to.
+fn owner<K: Resource>(obj: &K) -> Option<ObjectRef<PreviewEnvironment>> {
+    let (ns, name) = crate::meta::preview_of(obj.meta())?;
+    Some(ObjectRef::new(&name).within(&ns))
+}
+
+/// Run the controller until `shutdown` resolves: previews, and the objects made for them
+/// (found across namespaces by label), and the cluster's addresses (every preview's
+/// NetworkPolicy follows them).
+pub async fn run(
+    ctx: Arc<Context>,
+    address_changes: tokio::sync::watch::Receiver<u64>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let ours =
+        watcher::Config::default().labels(&format!("{}={}", vesper_api::LABEL_MANAGED_BY, vesper_api::MANAGED_BY));
+    let changes = futures::stream::unfold(address_changes, |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
+    Controller::new(Api::<PreviewEnvironment>::all(client.clone()), watcher::Config::default())
+        .watches(Api::<Namespace>::all(client.clone()), ours.clone(), |o| owner(&o))
+        .watches(Api::<ResourceQuota>::all(client.clone()), ours.clone(), |o| owner(&o))
+        .watches(Api::<LimitRange>::all(client.clone()), ours.clone(), |o| owner(&o))
+        .watches(Api::<NetworkPolicy>::all(client.clone()), ours.clone(), |o| owner(&o))
+        .watches(Api::<Deployment>::all(client.clone()), ours.clone(), |o| owner(&o))
+        .watches(Api::<Service>::all(client.clone()), ours.clone(), |o| owner(&o))
+        .watches(Api::<Ingress>::all(client.clone()), ours, |o| owner(&o))
+        .reconcile_all_on(changes)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "controller");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,51 @@
+//! `make demo`, in its short mode: the previews reach Ready and nothing it started is left
+//! running afterwards.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Whether a process runs (a zombie, reaped by nobody yet, does not count).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[test]
+fn demo_brings_previews_to_ready_and_cleans_up() {
+    // The demo runs the workspace's binaries.
+    let build = Command::new(env!("CARGO"))
+        .current_dir(repo())
+        .args(["build", "--bins", "-p", "devcluster", "-p", "vesper-operator", "-p", "vesperctl"])
+        .status()
+        .expect("cargo runs");
+    assert!(build.success(), "building the demo's binaries failed");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(repo().join("scripts/demo.sh"))
+        .current_dir(repo())
+        .env("DEMO_EXIT_AFTER_SETUP", "1")
+        .env("DEMO_DIR", dir.path())
+        .env("DEVCLUSTER_LISTEN", "127.0.0.1:0")
+        .output()
+        .expect("the demo runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for preview in ["shop-pr-42", "docs-pr-7"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(preview) && l.contains("https://"))
+            .unwrap_or_else(|| panic!("{preview} not listed:\n{stdout}"));
+        assert!(line.contains(" Ready "), "{preview} is not Ready: {line}");
+    }
+    // Everything it started (it records each pid) is gone.
+    let pids = std::fs::read_to_string(dir.path().join("pids")).expect("the demo records the pids it starts");
+    let pids: Vec<&str> = pids.split_whitespace().collect();
+    assert_eq!(pids.len(), 2, "devcluster and the operator: {pids:?}");
+    for pid in pids {
+        assert!(!running(pid), "process {pid} started by the demo still runs");
+    }
+}

