@@ -6,6 +6,7 @@
 //! API server, even when the operator does not run: the image must be pinned by a tag or a
 //! digest, the TTL must be between 1 minute and 7 days, and there are at most 5 replicas.
 
+pub mod reference;
 pub mod ttl;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -14,6 +15,7 @@ use kube::CustomResource;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+pub use reference::reference_markdown;
 pub use ttl::{Ttl, TtlError};
 
 /// The API group.
