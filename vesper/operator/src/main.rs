@@ -123,16 +123,26 @@ async fn run(config: vesper_operator::Config) -> anyhow::Result<()> {
             std::future::pending::<()>().await;
         }
     };
+    let lost_lease = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let shutdown = {
         let s = stopped();
+        let lost_lease = lost_lease.clone();
         async move {
             tokio::select! {
                 _ = s => {}
-                _ = lost => tracing::error!("lost the leader lease: stopping"),
+                _ = lost => {
+                    tracing::error!("lost the leader lease: stopping");
+                    lost_lease.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
             }
         }
     };
     let result = vesper_operator::run(client, config, metrics, shutdown).await;
+    if lost_lease.load(std::sync::atomic::Ordering::SeqCst) {
+        // As client-go's OnStoppedLeading: end the process (the health server would otherwise
+        // keep it alive and Ready, reconciling nothing), so the pod restarts as a candidate.
+        std::process::exit(1);
+    }
     let _ = health_task.await;
     if let Some(t) = metrics_task {
         let _ = t.await;
