@@ -145,6 +145,8 @@ impl Context {
         if let Ok(mut e) = self.expired.lock() {
             e.remove(&pe.uid().unwrap_or_default());
         }
+        // A preview recreated under the same name starts its conflict retries afresh.
+        self.unblocked(&key_of(pe));
     }
 
     /// When to check a blocked preview again: 1s, doubling to 5 minutes.
