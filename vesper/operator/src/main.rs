@@ -62,6 +62,10 @@ async fn run(config: vesper_operator::Config) -> anyhow::Result<()> {
     let readiness = opkit::health::Readiness::new();
     readiness.set_not_ready("starting");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_requested = {
+        let rx = stop_rx.clone();
+        move || *rx.borrow()
+    };
     let stopped = move || {
         let mut rx = stop_rx.clone();
         async move {
@@ -131,8 +135,12 @@ async fn run(config: vesper_operator::Config) -> anyhow::Result<()> {
             tokio::select! {
                 _ = s => {}
                 _ = lost => {
-                    tracing::error!("lost the leader lease: stopping");
-                    lost_lease.store(true, std::sync::atomic::Ordering::SeqCst);
+                    // On SIGTERM the elector releases the Lease, which also reads as "not
+                    // leading": that is a requested stop, not a lost lease.
+                    if !stop_requested() {
+                        tracing::error!("lost the leader lease: stopping");
+                        lost_lease.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                 }
             }
         }
