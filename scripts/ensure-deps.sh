@@ -9,6 +9,8 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 # The CI scripts are linted with shellcheck by their tests.
 command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
+# docker-registry (CNCF distribution): the real OCI registry that varroa-sources' tests push to.
+[ -x /usr/bin/docker-registry ] || need_apt+=(docker-registry)
 command -v kubectl >/dev/null 2>&1 || { echo "kubectl is required (expected at /usr/bin/kubectl)" >&2; exit 1; }
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -137,7 +137,7 @@ fn record(v: &Value, path: &str, label: &str, origins: &mut Origins) {
     // Values replaced wholesale: forget what was under them before.
     let prefix_dot = format!("{path}.");
     let prefix_idx = format!("{path}[");
-    origins.retain(|k, _| !(k.starts_with(&prefix_dot) || k.starts_with(&prefix_idx)));
+    origins.retain(|k, _| !(k == path || k.starts_with(&prefix_dot) || k.starts_with(&prefix_idx)));
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, v) in m {
@@ -176,6 +176,10 @@ fn merge_at(base: &mut Value, later: &Value, path: &str, label: &str, origins: &
     }
     match (&mut *base, later) {
         (Value::Object(b), Value::Object(l)) => {
+            if !l.is_empty() {
+                // An empty map an earlier input set is now described by its keys.
+                origins.remove(path);
+            }
             for (k, lv) in l {
                 let p = child(path, k);
                 match b.get_mut(k) {
