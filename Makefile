@@ -38,3 +38,8 @@ bench: deps
 
 demo: build
 	@scripts/demo.sh
+
+# Regenerate the checked-in CRDs from the Rust types (their drift tests fail until you do).
+crds:
+	UPDATE_CRDS=1 $(CARGO) test -p vesper-api --test crd checked_in
+	UPDATE_CRDS=1 $(CARGO) test -p varroa-api --test crd checked_in

@@ -71,9 +71,20 @@ echo "== What shop-pr-42 got, in namespace $NS"
 kubectl get deploy,svc,ing,quota,limitrange,netpol -n "$NS"
 
 echo
+echo "== Varroa: its CRDs and the example configuration (docs/varroa/examples)"
+kubectl apply -f deploy/varroa/crds.yaml >/dev/null
+kubectl wait --for=condition=Established crd -l '' --all --timeout=30s >/dev/null
+kubectl apply -f docs/varroa/examples/
+kubectl get controllers.varroa.dev -A
+echo "   (provisioning is not built yet; the resolved configuration of team-a, and where each"
+echo "    setting came from:)"
+target/debug/varroa-operator render -f docs/varroa/examples --controller team-a/team-a | sed -n '1,25p'
+
+echo
 echo "The cluster and the operator keep running until Ctrl-C. In another terminal:"
 echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/target/debug:\$PATH"
 echo "  vesperctl list                                  # previews, their URLs and expiry"
+echo "  target/debug/varroa-operator render -f docs/varroa/examples   # Varroa's resolved configuration"
 echo "  vesperctl describe shop-pr-42                   # conditions, events, the objects it owns"
 echo "  vesperctl extend shop-pr-42 --by 2h             # push the expiry back (at most 7 days)"
 echo "  vesperctl apply shop-pr-42 --image registry.example.com/shop:broken --wait --timeout 2m"

@@ -32,7 +32,7 @@ pub const CHOICE_PATHS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MergeError {
     #[error(
-        "{later} sets {path} to {later_kind}, but {earlier} set it to {earlier_kind}: a {earlier_kind} and a {later_kind} cannot be merged; change one of the two inputs so both use the same shape"
+        "{later} sets {path} to {later_kind}, but {earlier} set it to {earlier_kind}: {earlier_kind} and {later_kind} cannot be merged; change one of the two inputs so both use the same shape"
     )]
     Conflict { path: String, earlier: String, earlier_kind: &'static str, later: String, later_kind: &'static str },
     #[error("{input} lists two items with the identity {identity} under {path}: keep one (merge them into one item)")]

@@ -82,7 +82,7 @@ fn the_examples_resolve_field_by_field_and_say_where_each_value_came_from() {
     assert_eq!(r.inputs.len(), 3);
     assert_eq!(r.casc["jenkins"]["numExecutors"], json!(0), "the starter's baseline is kept");
     assert_eq!(r.casc["unclassified"]["location"]["adminAddress"], json!("ci-team-a@example.com"));
-    assert_eq!(r.casc["unclassified"]["location"]["url"], json!("http://jenkins.team-a.example.com/"));
+    assert_eq!(r.casc["unclassified"]["location"]["url"], json!("https://jenkins.team-a.example.com/"));
     assert_eq!(
         r.casc_origins["unclassified.location.adminAddress"],
         "ComposedBundle team-a inputs[2] (catalogItem team-a-location)"

@@ -20,7 +20,18 @@ fn demo_brings_previews_to_ready_and_cleans_up() {
     // The demo runs the workspace's binaries.
     let build = Command::new(env!("CARGO"))
         .current_dir(repo())
-        .args(["build", "--bins", "-p", "devcluster", "-p", "vesper-operator", "-p", "vesperctl"])
+        .args([
+            "build",
+            "--bins",
+            "-p",
+            "devcluster",
+            "-p",
+            "vesper-operator",
+            "-p",
+            "vesperctl",
+            "-p",
+            "varroa-operator",
+        ])
         .status()
         .expect("cargo runs");
     assert!(build.success(), "building the demo's binaries failed");
@@ -40,6 +51,17 @@ fn demo_brings_previews_to_ready_and_cleans_up() {
             .find(|l| l.starts_with(preview) && l.contains("https://"))
             .unwrap_or_else(|| panic!("{preview} not listed:\n{stdout}"));
         assert!(line.contains(" Ready "), "{preview} is not Ready: {line}");
+    }
+    // Varroa's example configuration is installed and its resolution shown.
+    for line in ["team-a      sandbox", "team-a      team-a", "storage.size"] {
+        assert!(
+            stdout.lines().any(|l| l
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .contains(&line.split_whitespace().collect::<Vec<_>>().join(" "))),
+            "{line:?} missing from the demo's Varroa section:\n{stdout}"
+        );
     }
     // Everything it started (it records each pid) is gone.
     let pids = std::fs::read_to_string(dir.path().join("pids")).expect("the demo records the pids it starts");
