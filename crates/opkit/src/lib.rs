@@ -9,6 +9,7 @@
 //!   (apimachinery's `meta.SetStatusCondition`);
 //! - [`events`]: `events.k8s.io/v1` Events through kube's `Recorder`;
 //! - [`apply`]: compare-then-write of owned objects with server-side apply;
+//! - [`process`]: signals, health, leader election and shutdown of an operator process;
 //! - [`error`]: the error type of all of them.
 //!
 //! Everything talks to the cluster through a `kube::Client`, so the tests run against
@@ -20,6 +21,7 @@ pub mod error;
 pub mod events;
 pub mod health;
 pub mod leader;
+pub mod process;
 
 pub use error::{Error, Result};
 

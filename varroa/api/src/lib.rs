@@ -14,6 +14,7 @@ pub mod agent;
 pub mod bundle;
 pub mod common;
 pub mod controller;
+pub mod lifecycle;
 pub mod profile;
 pub mod rbac;
 
@@ -28,6 +29,7 @@ pub use controller::{
     ControllerStatus, Hibernation, IngressSettings, PowerState, ProvisioningDefaults, ProvisioningDefaultsSpec,
     ResolvedSummary, Retention, Storage,
 };
+pub use lifecycle::{Attention, attention};
 pub use profile::{JenkinsVersionProfile, JenkinsVersionProfileSpec, LockedPlugin, UpdateCenter, UpdateCenterSpec};
 pub use rbac::{
     JenkinsRole, JenkinsRoleBinding, JenkinsRoleBindingSpec, JenkinsRoleScope, JenkinsRoleSpec, VarroaRole,

@@ -1,22 +1,24 @@
-//! varroa-operator: provisions Jenkins controllers from `varroa.dev/v1alpha1` resources.
-//!
-//! This build carries the configuration side: `render` (a controller's resolved configuration
-//! without a cluster) and `crds` (the CRDs to install). Provisioning on a cluster is the next
-//! part of the work (see docs/varroa/README.md).
-
-mod render_cmd;
+//! varroa-operator: provisions Jenkins controllers from `varroa.dev/v1alpha1` resources (the
+//! default command), or shows a controller's resolved configuration without a cluster
+//! (`render`), or prints the CRDs (`crds`).
 
 use clap::{Parser, Subcommand};
+use std::sync::Arc;
+use varroa_operator::render_cmd;
 
 #[derive(Parser, Debug)]
 #[command(name = "varroa-operator", version, about = "Provisions Jenkins controllers from Controller resources")]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    config: varroa_operator::Config,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the operator (the default).
+    Run,
     /// Resolve and render controllers from YAML files, without a cluster: the settings with the
     /// layer each came from, the plugins, the JCasC values with the input that set each, and
     /// the rendered jenkins.yaml, plugins.txt and plugins-sha256.txt. Exit 1 when a controller
@@ -27,23 +29,61 @@ enum Command {
 }
 
 fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    let default_filter = match cli.command {
+        Some(Command::Render(_)) | Some(Command::Crds) => "warn",
+        _ => "info,kube=warn",
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    if let Some(Command::Crds) = cli.command {
+        print!("{}", varroa_api::crd_yaml());
+        return;
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
     let code = match cli.command {
-        Command::Render(args) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-            Ok(rt) => rt.block_on(render_cmd::run(args)),
+        Some(Command::Render(args)) => rt.block_on(render_cmd::run(args)),
+        _ => match rt.block_on(run(cli.config)) {
+            Ok(()) => 0,
             Err(e) => {
-                eprintln!("error: starting the runtime: {e}");
+                eprintln!("error: {e:#}");
                 1
             }
         },
-        Command::Crds => {
-            print!("{}", varroa_api::crd_yaml());
-            0
-        }
     };
     std::process::exit(code);
+}
+
+async fn run(config: varroa_operator::Config) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
+    let metrics = Arc::new(varroa_operator::metrics::Metrics::new());
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let options = opkit::process::ProcessOptions {
+        lease_name: "varroa-operator".into(),
+        health_addr: config.health_addr,
+        metrics_addr: None,
+        leader_elect: config.leader_elect,
+        leader_election_namespace: config.leader_election_namespace.clone(),
+        shutdown_grace: std::time::Duration::from_secs(15),
+    };
+    // Until the gateway exists, no mite connects: controllers stop at Running (docs/varroa/operator.md).
+    let mites: Arc<dyn varroa_operator::mite::MiteSource> = Arc::new(varroa_operator::mite::NoGateway::default());
+    opkit::process::run(client.clone(), options, Arc::new(registry), move |shutdown| {
+        varroa_operator::run(client, config, metrics, mites, shutdown)
+    })
+    .await
 }

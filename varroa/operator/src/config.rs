@@ -1,0 +1,106 @@
+//! The operator's settings (its flags; each also read from the environment).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Parses `90s`, `5m`, `2h`, `1d` (and a bare number of seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration: write e.g. 90s, 5m, 2h or 1d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        "ms" => return Ok(Duration::from_millis(n)),
+        _ => return Err(format!("{s:?} is not a duration: the unit is one of ms, s, m, h, d")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// The mite sidecar's image.
+    #[arg(long, env = "VARROA_MITE_IMAGE", default_value = "ghcr.io/eventide/varroa-mite:0.1.0")]
+    pub mite_image: String,
+    /// The image of the plugins-init step (installs and verifies the locked plugins); the mite
+    /// image by default.
+    #[arg(long, env = "VARROA_PLUGINS_INIT_IMAGE")]
+    pub plugins_init_image: Option<String>,
+    /// Where plugins come from when a controller declares no UpdateCenter.
+    #[arg(long, env = "VARROA_DEFAULT_UPDATE_SITE", default_value = "https://updates.jenkins.io")]
+    pub default_update_site: String,
+    /// The gateway the mites dial (host:port). Changing it rolls every controller's pod.
+    #[arg(long, env = "VARROA_GATEWAY_ENDPOINT", default_value = "varroa-gateway.varroa-system.svc:8443")]
+    pub gateway_endpoint: String,
+    /// The Secret (`namespace/name`, keys tls.crt and tls.key) holding the gateway CA that issues
+    /// the mites' client certificates. Changing the CA rolls every controller's pod.
+    #[arg(long, env = "VARROA_GATEWAY_CA_SECRET", default_value = "varroa-system/varroa-gateway-ca")]
+    pub gateway_ca_secret: String,
+    /// Validity of a mite's client certificate.
+    #[arg(long, env = "VARROA_MITE_CERT_VALIDITY", default_value = "30d", value_parser = parse_duration)]
+    pub mite_cert_validity: Duration,
+    /// Renew a mite's certificate this long before it expires.
+    #[arg(long, env = "VARROA_MITE_CERT_RENEW_BEFORE", default_value = "10d", value_parser = parse_duration)]
+    pub mite_cert_renew_before: Duration,
+    /// How often every controller is reconciled even when nothing changed.
+    #[arg(long, env = "VARROA_RESYNC_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+    /// The granularity of status.lastReconciledAt: a clean pass writes the stamp when the stored
+    /// one is older than this (so a steady controller costs one status write per interval, and
+    /// a no-op pass within it writes nothing).
+    #[arg(long, env = "VARROA_STAMP_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub stamp_interval: Duration,
+    /// How long a Failed controller waits before the operator tries again.
+    #[arg(long, env = "VARROA_FAILED_DWELL", default_value = "2m", value_parser = parse_duration)]
+    pub failed_dwell: Duration,
+    /// Default grace period of an unready cell (controllers with cells above 1) before it is
+    /// replaced, when the controller sets none.
+    #[arg(long, env = "VARROA_CELL_UNREADY_GRACE", default_value = "10m", value_parser = parse_duration)]
+    pub cell_unready_grace: Duration,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "VARROA_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
+    /// Elect a leader through a Lease, so that several replicas can run (one reconciles).
+    #[arg(long, env = "VARROA_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease.
+    #[arg(long, env = "VARROA_LEADER_ELECTION_NAMESPACE", default_value = "varroa-system")]
+    pub leader_election_namespace: String,
+}
+
+impl Config {
+    /// The image of plugins-init.
+    pub fn plugins_init_image(&self) -> &str {
+        self.plugins_init_image.as_deref().unwrap_or(&self.mite_image)
+    }
+
+    /// The gateway CA Secret's namespace and name.
+    pub fn gateway_ca(&self) -> (String, String) {
+        match self.gateway_ca_secret.split_once('/') {
+            Some((ns, n)) => (ns.to_string(), n.to_string()),
+            None => ("varroa-system".to_string(), self.gateway_ca_secret.clone()),
+        }
+    }
+
+    /// Defaults, for tests and the library.
+    pub fn for_tests() -> Config {
+        Config {
+            mite_image: "ghcr.io/eventide/varroa-mite:test".into(),
+            plugins_init_image: Some("ghcr.io/eventide/varroa-plugins-init:test".into()),
+            default_update_site: "https://updates.jenkins.io".into(),
+            gateway_endpoint: "varroa-gateway.varroa-system.svc:8443".into(),
+            gateway_ca_secret: "varroa-system/varroa-gateway-ca".into(),
+            mite_cert_validity: Duration::from_secs(30 * 86400),
+            mite_cert_renew_before: Duration::from_secs(10 * 86400),
+            resync_interval: Duration::from_secs(300),
+            stamp_interval: Duration::from_secs(300),
+            failed_dwell: Duration::from_secs(120),
+            cell_unready_grace: Duration::from_secs(600),
+            health_addr: "127.0.0.1:0".parse().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0))),
+            leader_elect: false,
+            leader_election_namespace: "varroa-system".into(),
+        }
+    }
+}

@@ -1,0 +1,497 @@
+//! The reconciliation of a Controller and the watches that trigger it. Each pass runs from the
+//! top and is safe to repeat:
+//!
+//! 1. resolve and render the configuration (settings, bundle, profile, agents, RBAC) from the
+//!    caches, fetching Git and OCI inputs (the last good revision is kept on a failed fetch);
+//! 2. read the gateway CA; without a readable configuration or CA the controller is Blocked: the
+//!    status says why, the pass ends in an error (so lastReconciledAt goes stale), and it is
+//!    retried with a growing delay;
+//! 3. the ServiceAccount, the agents' Role and RoleBinding, the ConfigMap, the mite's
+//!    certificate Secret (issued again before expiry or when the CA changed), the Services, the
+//!    StatefulSet and the Ingress, each compared and written only when it differs; an object the
+//!    API server refuses (400, 403, 422) makes the controller Failed for a dwell;
+//! 4. for a controller with cells, replace a cell unready past its grace period;
+//! 5. the status (phase, conditions, attention), written only when it changed or when
+//!    lastReconciledAt is older than the stamp interval, and an Event for every change.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::metrics::{ErrorLabels, Metrics, ResultLabels};
+use crate::mite::MiteSource;
+use crate::objects::{self, PodInputs};
+use crate::status::{self, Inputs};
+use crate::world::WorldStores;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller as KubeController};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use varroa_api::lifecycle::{LABEL_CONTROLLER, LABEL_MANAGED_BY, MANAGED_BY};
+use varroa_api::{Controller, ControllerStatus};
+use varroa_config::render::FetchedInput;
+
+/// The field manager of everything the operator writes.
+pub const MANAGER: &str = "varroa-operator";
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    pub events: opkit::events::EventPublisher,
+    pub mites: Arc<dyn MiteSource>,
+    pub world: WorldStores,
+    pub fetcher: varroa_sources::Fetcher,
+    /// True once every cache has listed (set by one task: kube's store readiness wakes only one
+    /// waiter, so concurrent reconciles must not wait on it directly).
+    world_ready: tokio::sync::watch::Receiver<bool>,
+    failures: Mutex<HashMap<String, u32>>,
+    /// Failed controllers and when their dwell ends.
+    dwell: Mutex<HashMap<String, (Instant, Option<i64>)>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        mites: Arc<dyn MiteSource>,
+        world: WorldStores,
+    ) -> Context {
+        let (tx, world_ready) = tokio::sync::watch::channel(false);
+        let w = world.clone();
+        tokio::spawn(async move {
+            if w.wait_ready().await.is_ok() {
+                let _ = tx.send(true);
+            }
+        });
+        let events = opkit::events::EventPublisher::new(client.clone(), MANAGER, std::env::var("POD_NAME").ok());
+        Context {
+            client,
+            config,
+            metrics,
+            events,
+            mites,
+            world,
+            fetcher: varroa_sources::Fetcher::new(varroa_sources::FetchOptions::default(), None),
+            world_ready,
+            failures: Mutex::new(HashMap::new()),
+            dwell: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn event(&self, c: &Controller, note: &status::Note) {
+        let r = c.object_ref(&());
+        let res = if note.warning {
+            self.events.warning(&r, &note.reason, "Reconcile", &note.message).await
+        } else {
+            self.events.normal(&r, &note.reason, "Reconcile", &note.message).await
+        };
+        match res {
+            Ok(()) => self.metrics.writes.record("Event", opkit::apply::Outcome::Created),
+            Err(e) => tracing::warn!(controller = %key_of(c), error = %e, "could not record an event"),
+        }
+    }
+
+    /// Writes the status when it differs from the stored one (server-side apply on /status).
+    async fn write_status(&self, c: &Controller, status: &ControllerStatus) -> Result<()> {
+        if c.status.as_ref() == Some(status) {
+            return Ok(());
+        }
+        let api: Api<Controller> = Api::namespaced(self.client.clone(), &c.namespace().unwrap_or_default());
+        let body = serde_json::json!({
+            "apiVersion": "varroa.dev/v1alpha1",
+            "kind": "Controller",
+            "status": serde_json::to_value(status).map_err(|e| Error::Serialize("status", e))?,
+        });
+        api.patch_status(&c.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body))
+            .await
+            .map_err(|e| Error::kube(format!("writing the status of {}", key_of(c)), e))?;
+        self.metrics.writes.record("ControllerStatus", opkit::apply::Outcome::Updated);
+        Ok(())
+    }
+
+    /// Computes and writes the status; `clean` passes earn a lastReconciledAt.
+    async fn finish(&self, c: &Controller, inputs: Inputs<'_>, clean: bool) -> Result<()> {
+        let old = c.status.clone().unwrap_or_default();
+        let (mut st, notes) = status::compute(&inputs, old.last_reconciled_at.clone());
+        if clean {
+            let stale = old.last_reconciled_at.as_ref().is_none_or(|t| {
+                let age = inputs.now.duration_since(t.0);
+                age.as_secs_f64() >= self.config.stamp_interval.as_secs_f64()
+            });
+            if stale || st != old {
+                st.last_reconciled_at = Some(Time(inputs.now));
+            }
+        }
+        self.write_status(c, &st).await?;
+        self.metrics.set_phase(&c.uid().unwrap_or_default(), st.phase);
+        for n in &notes {
+            self.event(c, n).await;
+        }
+        Ok(())
+    }
+
+    fn backoff(&self, key: &str) -> Duration {
+        let Ok(mut f) = self.failures.lock() else { return Duration::from_secs(5) };
+        let n = f.entry(key.to_string()).or_insert(0);
+        *n = (*n + 1).min(10);
+        Duration::from_millis(500u64 << *n).min(Duration::from_secs(300))
+    }
+
+    fn reset_backoff(&self, key: &str) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+    }
+
+    /// The time left of a Failed controller's dwell (ended by a new generation).
+    fn dwelling(&self, c: &Controller) -> Option<Duration> {
+        let mut d = self.dwell.lock().ok()?;
+        let key = key_of(c);
+        let (until, generation) = *d.get(&key)?;
+        if generation != c.metadata.generation || Instant::now() >= until {
+            d.remove(&key);
+            return None;
+        }
+        Some(until - Instant::now())
+    }
+
+    fn start_dwell(&self, c: &Controller) {
+        if let Ok(mut d) = self.dwell.lock() {
+            d.insert(key_of(c), (Instant::now() + self.config.failed_dwell, c.metadata.generation));
+        }
+    }
+}
+
+pub fn key_of(c: &Controller) -> String {
+    format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any())
+}
+
+async fn ensure<K>(ctx: &Context, ns: &str, desired: &K) -> Result<()>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    ctx.metrics.writes.ensure(&api, desired, MANAGER).await?;
+    Ok(())
+}
+
+/// Renders the configuration, fetching remote inputs.
+async fn render(ctx: &Context, c: &Controller) -> Result<varroa_config::Rendered, String> {
+    let ns = c.namespace().unwrap_or_default();
+    let mut world = ctx.world.world_for(&ns);
+    for input in varroa_config::remote_inputs(c, &world) {
+        let key = varroa_config::compose::describe_input(&input);
+        let source = match (&input.git, &input.oci) {
+            (Some(g), _) => varroa_sources::Source::Git(varroa_sources::GitSource {
+                url: g.url.clone(),
+                reference: g.reference.clone(),
+                path: g.path.clone().unwrap_or_default(),
+            }),
+            (None, Some(o)) => {
+                varroa_sources::Source::Oci(varroa_sources::OciSource { reference: o.reference.clone() })
+            }
+            _ => continue,
+        };
+        let fetched = ctx.fetcher.fetch_or_last_good(&source).await;
+        let value = match (fetched.artifact, fetched.error) {
+            (Some(a), err) => Ok(FetchedInput {
+                revision: a.revision.clone(),
+                files: a.files.clone(),
+                stale_error: err.map(|e| e.to_string()),
+            }),
+            (None, Some(e)) => Err(e.to_string()),
+            (None, None) => Err("not fetched".to_string()),
+        };
+        world.fetched.insert(key, value);
+    }
+    varroa_config::render(c, &world).map_err(|e| e.to_string())
+}
+
+/// The update site plugins-init downloads from.
+fn update_site(ctx: &Context, r: &varroa_config::Rendered) -> std::result::Result<String, String> {
+    match &r.settings.settings.update_center {
+        None => Ok(ctx.config.default_update_site.clone()),
+        Some(name) => ctx
+            .world
+            .update_centers
+            .state()
+            .iter()
+            .find(|u| u.name_any() == *name)
+            .map(|u| u.spec.url.clone())
+            .ok_or_else(|| {
+                format!("UpdateCenter {name} does not exist: create it, or remove updateCenter from the settings")
+            }),
+    }
+}
+
+async fn read_workload(ctx: &Context, c: &Controller) -> Result<(Option<StatefulSet>, Vec<Pod>)> {
+    let ns = c.namespace().unwrap_or_default();
+    let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let live = sts.get_opt(&c.name_any()).await.map_err(|e| Error::kube("reading the StatefulSet", e))?;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let lp = ListParams::default().labels(&format!("{LABEL_CONTROLLER}={}", c.name_any()));
+    let pods = pods.list(&lp).await.map_err(|e| Error::kube("listing the pods", e))?.items;
+    Ok((live, pods))
+}
+
+async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
+    if c.metadata.deletion_timestamp.is_some() {
+        // Owner references take everything down with it.
+        return Ok(Action::await_change());
+    }
+    // The caches must have listed once: a class not yet seen is not a missing class.
+    let _ = ctx.world_ready.clone().wait_for(|r| *r).await;
+    if let Some(left) = ctx.dwelling(c) {
+        return Ok(Action::requeue(left));
+    }
+    let ns = c.namespace().unwrap_or_default();
+    let mite = ctx.mites.state(&ns, &c.name_any());
+
+    // 1-2. Configuration and the gateway CA.
+    let rendered = render(ctx, c).await;
+    let ca = crate::certs::gateway_ca(ctx).await;
+    let blocked = match (&rendered, &ca) {
+        (Err(e), _) => Some(e.clone()),
+        (Ok(r), _) if update_site(ctx, r).is_err() => update_site(ctx, r).err(),
+        (_, Err(e)) => Some(e.clone()),
+        _ => None,
+    };
+    if let Some(reason) = blocked {
+        let (sts, pods) = read_workload(ctx, c).await?;
+        let now = jiff::Timestamp::now();
+        let inputs = Inputs {
+            controller: c,
+            rendered: Err(reason.clone()),
+            failed: None,
+            stateful_set: sts.as_ref(),
+            pods: &pods,
+            mite: &mite,
+            now,
+        };
+        ctx.finish(c, inputs, false).await?;
+        return Err(Error::Blocked(reason));
+    }
+    let (Ok(r), Ok(ca)) = (rendered, ca) else { return Err(Error::Blocked("unreachable".into())) };
+    let site = update_site(ctx, &r).map_err(Error::Blocked)?;
+
+    // 3. The objects.
+    let pod_inputs = PodInputs { update_site: site, ca_fingerprint: &ca.fingerprint(), running: true };
+    let steps = async {
+        ensure(ctx, &ns, &objects::service_account(c)).await?;
+        ensure(ctx, &ns, &objects::agents_role(c)).await?;
+        ensure(ctx, &ns, &objects::agents_role_binding(c)).await?;
+        ensure(ctx, &ns, &objects::config_map(c, &r)).await?;
+        crate::certs::ensure_mite_secret(ctx, c, &ca).await?;
+        ensure(ctx, &ns, &objects::service(c)).await?;
+        ensure(ctx, &ns, &objects::headless_service(c)).await?;
+        ensure(ctx, &ns, &objects::stateful_set(c, &r, &ctx.config, &pod_inputs)).await?;
+        match objects::ingress(c, &r) {
+            Some(i) => ensure(ctx, &ns, &i).await?,
+            None => {
+                let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns);
+                if let Some(live) =
+                    api.get_opt(&c.name_any()).await.map_err(|e| Error::kube("reading the Ingress", e))?
+                    && live.owner_references().iter().any(|o| Some(&o.uid) == c.uid().as_ref())
+                {
+                    api.delete(&c.name_any(), &DeleteParams::default())
+                        .await
+                        .map_err(|e| Error::kube("deleting the Ingress", e))?;
+                    ctx.metrics.writes.record("Ingress", opkit::apply::Outcome::Deleted);
+                }
+            }
+        }
+        Ok::<_, Error>(())
+    };
+    if let Err(e) = steps.await {
+        if let Some(refusal) = e.refusal() {
+            let (sts, pods) = read_workload(ctx, c).await?;
+            let inputs = Inputs {
+                controller: c,
+                rendered: Ok(&r),
+                failed: Some(refusal),
+                stateful_set: sts.as_ref(),
+                pods: &pods,
+                mite: &mite,
+                now: jiff::Timestamp::now(),
+            };
+            ctx.finish(c, inputs, false).await?;
+            ctx.start_dwell(c);
+            return Ok(Action::requeue(ctx.config.failed_dwell));
+        }
+        return Err(e);
+    }
+
+    // 4-5. Cells past their grace; the status.
+    let (sts, pods) = read_workload(ctx, c).await?;
+    let next_cell_check = replace_stuck_cells(ctx, c, &r, &pods).await?;
+    let inputs = Inputs {
+        controller: c,
+        rendered: Ok(&r),
+        failed: None,
+        stateful_set: sts.as_ref(),
+        pods: &pods,
+        mite: &mite,
+        now: jiff::Timestamp::now(),
+    };
+    ctx.finish(c, inputs, true).await?;
+    let mut next = ctx.config.resync_interval;
+    if let Some(n) = next_cell_check {
+        next = next.min(n);
+    }
+    Ok(Action::requeue(next))
+}
+
+/// Deletes cells (of a controller with cells above 1) unready for longer than the grace
+/// period; returns when to look again.
+async fn replace_stuck_cells(
+    ctx: &Context,
+    c: &Controller,
+    r: &varroa_config::Rendered,
+    pods: &[Pod],
+) -> Result<Option<Duration>> {
+    let s = &r.settings.settings;
+    if s.cells.unwrap_or(1) <= 1 {
+        return Ok(None);
+    }
+    let grace = s
+        .cell_unready_grace_period
+        .as_deref()
+        .and_then(|g| crate::config::parse_duration(g).ok())
+        .unwrap_or(ctx.config.cell_unready_grace);
+    let now = jiff::Timestamp::now();
+    let mut next: Option<Duration> = None;
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &c.namespace().unwrap_or_default());
+    for p in pods {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(ready) =
+            p.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|x| x.type_ == "Ready"))
+        else {
+            continue;
+        };
+        if ready.status == "True" {
+            continue;
+        }
+        let since = ready.last_transition_time.as_ref().map(|t| t.0).unwrap_or(now);
+        let unready_for = Duration::from_secs_f64(now.duration_since(since).as_secs_f64().max(0.0));
+        if unready_for >= grace {
+            api.delete(&p.name_any(), &DeleteParams::default())
+                .await
+                .map_err(|e| Error::kube(format!("replacing cell {}", p.name_any()), e))?;
+            ctx.metrics.writes.record("Pod", opkit::apply::Outcome::Deleted);
+            let note = status::Note {
+                warning: true,
+                reason: "CellReplaced".into(),
+                message: format!(
+                    "cell {} was unready for {}s (grace {}s): replaced",
+                    p.name_any(),
+                    unready_for.as_secs(),
+                    grace.as_secs()
+                ),
+            };
+            ctx.event(c, &note).await;
+        } else {
+            let left = grace - unready_for;
+            next = Some(next.map_or(left, |n| n.min(left)));
+        }
+    }
+    Ok(next)
+}
+
+/// Reconcile one controller: the steps, metrics, and the error's backoff.
+pub async fn reconcile(c: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_steps(&c, &ctx).await;
+    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
+    match &result {
+        Ok(_) => {
+            ctx.reset_backoff(&key_of(&c));
+            ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "ok".into() }).inc();
+        }
+        Err(e) => {
+            ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "error".into() }).inc();
+            ctx.metrics.errors.get_or_create(&ErrorLabels { error: e.metric_label().into() }).inc();
+            tracing::warn!(controller = %key_of(&c), error = %e, "reconcile failed");
+        }
+    }
+    result
+}
+
+/// Retry a failed controller with a growing delay (1s doubling to 5m).
+pub fn error_policy(c: Arc<Controller>, _err: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(ctx.backoff(&key_of(&c)))
+}
+
+fn controller_of<K: Resource>(obj: &K) -> Option<ObjectRef<Controller>> {
+    let name = obj.meta().labels.as_ref()?.get(LABEL_CONTROLLER)?;
+    Some(ObjectRef::new(name).within(obj.meta().namespace.as_deref()?))
+}
+
+/// Run the controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    config: Config,
+    metrics: Arc<Metrics>,
+    mites: Arc<dyn MiteSource>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let controllers: Api<Controller> = Api::all(client.clone());
+    let kc = KubeController::new(controllers, watcher::Config::default());
+    let store = kc.store();
+    let (world, world_changes) = crate::world::start(&client, store.clone());
+    let ours = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+    let pods_cfg = watcher::Config::default().labels(LABEL_CONTROLLER);
+    let mite_changes = mite_stream(mites.changes());
+    let ctx = Arc::new(Context::new(client.clone(), config, metrics, mites, world.clone()));
+    let triggers = futures::stream::select(world_changes, mite_changes);
+    kc.owns(Api::<StatefulSet>::all(client.clone()), ours.clone())
+        .owns(Api::<ConfigMap>::all(client.clone()), ours.clone())
+        .owns(Api::<Service>::all(client.clone()), ours.clone())
+        .owns(Api::<ServiceAccount>::all(client.clone()), ours.clone())
+        .owns(Api::<Role>::all(client.clone()), ours.clone())
+        .owns(Api::<RoleBinding>::all(client.clone()), ours.clone())
+        .owns(Api::<Ingress>::all(client.clone()), ours)
+        .watches(Api::<Pod>::all(client.clone()), pods_cfg, |p| controller_of(&p))
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "controller");
+            }
+        })
+        .await;
+}
+
+fn mite_stream(
+    rx: tokio::sync::broadcast::Receiver<(String, String)>,
+) -> std::pin::Pin<Box<dyn futures::Stream<Item = ObjectRef<Controller>> + Send>> {
+    Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok((ns, name)) => return Some((ObjectRef::new(&name).within(&ns), rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }))
+}

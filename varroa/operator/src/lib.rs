@@ -1,0 +1,48 @@
+//! The Varroa operator: every Controller gets a Jenkins StatefulSet with the mite sidecar, its
+//! configuration, Services, volume and optional Ingress; its status says where it is in its
+//! lifecycle and what needs attention.
+//!
+//! | Concern | File |
+//! |---|---|
+//! | The reconciliation and its watches | controller.rs |
+//! | The caches of classes, profiles, bundles, ... and what a change reaches | world.rs |
+//! | The objects made for a Controller | objects.rs |
+//! | The mite's certificate and the gateway CA | certs.rs |
+//! | Phase, conditions, attention, Events | status.rs |
+//! | The source of mite connection state | mite.rs |
+//! | Flags, metrics | config.rs, metrics.rs |
+//! | `varroa-operator render` | render_cmd.rs |
+
+pub mod certs;
+pub mod config;
+pub mod controller;
+pub mod error;
+pub mod metrics;
+pub mod mite;
+pub mod objects;
+pub mod render_cmd;
+pub mod status;
+pub mod world;
+
+pub use config::Config;
+
+use std::sync::Arc;
+
+/// Runs the operator until `shutdown` resolves (the library entry point of the binary and the
+/// tests).
+pub async fn run(
+    client: kube::Client,
+    config: Config,
+    metrics: Arc<metrics::Metrics>,
+    mites: Arc<dyn mite::MiteSource>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let api: kube::Api<varroa_api::Controller> = kube::Api::all(client.clone());
+    if let Err(e) = api.list(&kube::api::ListParams::default().limit(1)).await {
+        anyhow::bail!(
+            "cannot list Controllers ({e}): install the CRDs first (kubectl apply -f deploy/varroa/crds.yaml) and check the operator's RBAC"
+        );
+    }
+    controller::run(client, config, metrics, mites, shutdown).await;
+    Ok(())
+}

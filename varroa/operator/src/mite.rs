@@ -1,0 +1,84 @@
+//! Where the operator learns about mite streams: which mites are connected and what their last
+//! apply reported. The gateway (a later component) is the real source; until it exists the
+//! operator runs with [`NoGateway`] (no mite ever connects: controllers stop at Running), and
+//! tests drive [`StaticMites`], a double that also wakes the controllers it changes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::broadcast;
+use varroa_api::ApplyResult;
+
+/// The mite state of one controller.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MiteState {
+    /// The stream is up now.
+    pub connected: bool,
+    /// A stream was up and is gone (as opposed to never connected).
+    pub lost: bool,
+    /// The last apply the mite reported.
+    pub last_apply: Option<ApplyResult>,
+}
+
+/// A source of mite connection state.
+pub trait MiteSource: Send + Sync + 'static {
+    /// The state for the controller `namespace/name`.
+    fn state(&self, namespace: &str, name: &str) -> MiteState;
+    /// Notifications of controllers (`namespace`, `name`) whose state changed.
+    fn changes(&self) -> broadcast::Receiver<(String, String)>;
+}
+
+/// No gateway: no mite is ever connected.
+pub struct NoGateway {
+    tx: broadcast::Sender<(String, String)>,
+}
+
+impl Default for NoGateway {
+    fn default() -> Self {
+        NoGateway { tx: broadcast::channel(1).0 }
+    }
+}
+
+impl MiteSource for NoGateway {
+    fn state(&self, _: &str, _: &str) -> MiteState {
+        MiteState::default()
+    }
+    fn changes(&self) -> broadcast::Receiver<(String, String)> {
+        self.tx.subscribe()
+    }
+}
+
+/// A test double: states set by hand, each change waking the controller.
+#[derive(Clone)]
+pub struct StaticMites {
+    states: Arc<Mutex<HashMap<(String, String), MiteState>>>,
+    tx: broadcast::Sender<(String, String)>,
+}
+
+impl Default for StaticMites {
+    fn default() -> Self {
+        StaticMites { states: Arc::default(), tx: broadcast::channel(1024).0 }
+    }
+}
+
+impl StaticMites {
+    /// Sets the state of `namespace/name` and wakes it.
+    pub fn set(&self, namespace: &str, name: &str, state: MiteState) {
+        if let Ok(mut s) = self.states.lock() {
+            s.insert((namespace.to_string(), name.to_string()), state);
+        }
+        let _ = self.tx.send((namespace.to_string(), name.to_string()));
+    }
+}
+
+impl MiteSource for StaticMites {
+    fn state(&self, namespace: &str, name: &str) -> MiteState {
+        self.states
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&(namespace.to_string(), name.to_string())).cloned())
+            .unwrap_or_default()
+    }
+    fn changes(&self) -> broadcast::Receiver<(String, String)> {
+        self.tx.subscribe()
+    }
+}

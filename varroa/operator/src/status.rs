@@ -1,0 +1,263 @@
+//! The status of a Controller, computed from what the cluster and the mite report: the phase
+//! (the seed's table), the conditions behind the attention signal, and the Events of every
+//! change.
+
+use crate::mite::MiteState;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+use varroa_api::lifecycle::{CONTAINER_JENKINS, CONTAINER_PLUGINS_INIT, REASON_STREAM_LOST, condition};
+use varroa_api::{Controller, ControllerPhase, ControllerStatus, PowerState, ResolvedSummary};
+use varroa_config::Rendered;
+
+/// What a pass learned.
+pub struct Inputs<'a> {
+    pub controller: &'a Controller,
+    /// The rendered configuration, or why it could not be rendered (Blocked).
+    pub rendered: Result<&'a Rendered, String>,
+    /// A refusal by the API server of an object the operator wrote (Failed).
+    pub failed: Option<String>,
+    pub stateful_set: Option<&'a StatefulSet>,
+    pub pods: &'a [Pod],
+    pub mite: &'a MiteState,
+    pub now: jiff::Timestamp,
+}
+
+/// A change worth an Event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+fn cond(type_: &str, status: bool, reason: &str, message: String) -> (String, &'static str, String, String) {
+    (type_.to_string(), if status { "True" } else { "False" }, reason.to_string(), message)
+}
+
+/// The phase from the StatefulSet and pods alone (also used while Blocked, to keep showing where
+/// the controller is).
+pub fn phase_from_workload(c: &Controller, sts: Option<&StatefulSet>, mite: &MiteState) -> ControllerPhase {
+    let Some(sts) = sts else { return ControllerPhase::Provisioning };
+    let desired = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let st = sts.status.clone().unwrap_or_default();
+    if c.spec.power_state == PowerState::Stopped || desired == 0 {
+        return if st.replicas == 0 { ControllerPhase::Stopped } else { ControllerPhase::Provisioning };
+    }
+    let generation = sts.metadata.generation.unwrap_or(0);
+    let rolled = st.observed_generation.unwrap_or(0) >= generation
+        && st.updated_replicas.unwrap_or(0) >= desired
+        && st.current_revision.is_some()
+        && st.current_revision == st.update_revision
+        && st.replicas == desired;
+    let ready = st.ready_replicas.unwrap_or(0) >= desired;
+    if !(rolled && ready) {
+        return ControllerPhase::Provisioning;
+    }
+    if mite.connected { ControllerPhase::Connected } else { ControllerPhase::Running }
+}
+
+fn waiting(cs: &ContainerStatus) -> Option<(&str, &str)> {
+    let w = cs.state.as_ref()?.waiting.as_ref()?;
+    Some((w.reason.as_deref().unwrap_or(""), w.message.as_deref().unwrap_or("")))
+}
+
+fn last_exit(cs: &ContainerStatus) -> Option<i32> {
+    cs.last_state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)
+}
+
+/// JenkinsBootFailed: a crash-looping jenkins container or an image that cannot be pulled.
+fn boot_failure(pods: &[Pod]) -> Option<(String, String)> {
+    for p in pods {
+        for cs in p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).into_iter().flatten() {
+            if cs.name != CONTAINER_JENKINS {
+                continue;
+            }
+            match waiting(cs) {
+                Some(("CrashLoopBackOff", _)) => {
+                    return Some((
+                        "CrashLoopBackOff".into(),
+                        format!(
+                            "container jenkins of pod {} is crash-looping: exit code {}, {} restarts; read its logs: kubectl logs {} -c jenkins --previous -n {}",
+                            p.name_any(),
+                            last_exit(cs).map(|c| c.to_string()).unwrap_or_else(|| "unknown".into()),
+                            cs.restart_count,
+                            p.name_any(),
+                            p.namespace().unwrap_or_default()
+                        ),
+                    ));
+                }
+                Some((r @ ("ImagePullBackOff" | "ErrImagePull" | "InvalidImageName"), msg)) => {
+                    return Some((
+                        r.to_string(),
+                        format!(
+                            "the Jenkins image {} of pod {} cannot be pulled ({r}{}): check the JenkinsVersionProfile's image and the registry's credentials",
+                            cs.image,
+                            p.name_any(),
+                            if msg.is_empty() { String::new() } else { format!(": {msg}") }
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// PluginRollFailed: the plugins-init step failed.
+fn plugin_roll_failure(pods: &[Pod]) -> Option<String> {
+    for p in pods {
+        for cs in p.status.as_ref().and_then(|s| s.init_container_statuses.as_ref()).into_iter().flatten() {
+            if cs.name != CONTAINER_PLUGINS_INIT {
+                continue;
+            }
+            let failed_now = cs.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code != 0);
+            let looping = matches!(waiting(cs), Some(("CrashLoopBackOff" | "ImagePullBackOff" | "ErrImagePull", _)));
+            if failed_now || looping {
+                let code = cs
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .map(|t| t.exit_code)
+                    .or_else(|| last_exit(cs));
+                return Some(format!(
+                    "plugins-init of pod {} failed{}{} ({} restarts): the locked plugins could not be installed; read its logs: kubectl logs {} -c plugins-init -n {}",
+                    p.name_any(),
+                    code.map(|c| format!(" with exit code {c}")).unwrap_or_default(),
+                    waiting(cs).map(|(r, _)| format!(", {r}")).unwrap_or_default(),
+                    cs.restart_count,
+                    p.name_any(),
+                    p.namespace().unwrap_or_default()
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The status a pass leaves, with the Events its changes deserve. `stamp` is the
+/// lastReconciledAt to write (the caller decides whether the pass earns a new one).
+pub fn compute(i: &Inputs, stamp: Option<Time>) -> (ControllerStatus, Vec<Note>) {
+    let c = i.controller;
+    let old = c.status.clone().unwrap_or_default();
+    let mut wanted: Vec<(String, &'static str, String, String)> = Vec::new();
+
+    let phase = if let Some(f) = &i.failed {
+        wanted.push(cond(condition::FAILED, true, "ProvisioningRefused", f.clone()));
+        ControllerPhase::Failed
+    } else {
+        wanted.push(cond(condition::FAILED, false, "NoError", String::new()));
+        phase_from_workload(c, i.stateful_set, i.mite)
+    };
+    match &i.rendered {
+        Err(e) => wanted.push(cond(condition::RECONCILE_BLOCKED, true, "ConfigurationInvalid", e.clone())),
+        Ok(_) => wanted.push(cond(condition::RECONCILE_BLOCKED, false, "Resolved", String::new())),
+    }
+    match boot_failure(i.pods) {
+        Some((reason, msg)) => wanted.push(cond(condition::JENKINS_BOOT_FAILED, true, &reason, msg)),
+        None => wanted.push(cond(condition::JENKINS_BOOT_FAILED, false, "NoFailure", String::new())),
+    }
+    match plugin_roll_failure(i.pods) {
+        Some(msg) => wanted.push(cond(condition::PLUGIN_ROLL_FAILED, true, "PluginsInitFailed", msg)),
+        None => wanted.push(cond(condition::PLUGIN_ROLL_FAILED, false, "NoFailure", String::new())),
+    }
+    let mite = if i.mite.connected {
+        cond(condition::MITE_CONNECTED, true, "StreamActive", "the mite's stream to the gateway is up".into())
+    } else if i.mite.lost {
+        cond(
+            condition::MITE_CONNECTED,
+            false,
+            REASON_STREAM_LOST,
+            "the mite's stream to the gateway was lost; the pod stays in place".into(),
+        )
+    } else {
+        cond(condition::MITE_CONNECTED, false, "NotConnected", "no mite stream has been established yet".into())
+    };
+    wanted.push(mite);
+    let ready = matches!(phase, ControllerPhase::Running | ControllerPhase::Connected);
+    wanted.push(cond(
+        condition::READY,
+        ready,
+        &phase.to_string(),
+        match phase {
+            ControllerPhase::Connected => "Jenkins runs and its mite is connected".into(),
+            ControllerPhase::Running => "Jenkins runs; the mite stream is not up".into(),
+            ControllerPhase::Stopped => "stopped by spec.powerState".into(),
+            ControllerPhase::Provisioning => "creating or rolling the Jenkins pod".into(),
+            ControllerPhase::Failed => i.failed.clone().unwrap_or_default(),
+            _ => String::new(),
+        },
+    ));
+
+    let mut conditions = old.conditions.clone();
+    let mut notes = Vec::new();
+    let now = Time(i.now);
+    for (type_, status, reason, message) in wanted {
+        let prev = conditions.iter().find(|x| x.type_ == type_).cloned();
+        let changed_status = prev.as_ref().is_none_or(|p| p.status != status);
+        let changed = changed_status || prev.as_ref().is_some_and(|p| p.reason != reason || p.message != message);
+        if !changed {
+            if let Some(x) = conditions.iter_mut().find(|x| x.type_ == type_) {
+                x.observed_generation = c.metadata.generation;
+            }
+            continue;
+        }
+        let bad = matches!(
+            (type_.as_str(), status),
+            ("Failed" | "ReconcileBlocked" | "JenkinsBootFailed" | "PluginRollFailed", "True")
+                | ("MiteConnected", "False")
+        ) && reason != "NotConnected";
+        if prev.is_some() || status == "True" || bad {
+            notes.push(Note {
+                warning: bad,
+                reason: if status == "True" { type_.clone() } else { format!("{type_}Cleared") },
+                message: if message.is_empty() { format!("{type_} is {status} ({reason})") } else { message.clone() },
+            });
+        }
+        let transition =
+            if changed_status { now.clone() } else { prev.map(|p| p.last_transition_time).unwrap_or(now.clone()) };
+        conditions.retain(|x| x.type_ != type_);
+        conditions.push(Condition {
+            type_,
+            status: status.to_string(),
+            reason,
+            message,
+            last_transition_time: transition,
+            observed_generation: c.metadata.generation,
+        });
+    }
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    if old.phase != Some(phase) {
+        notes.push(Note {
+            warning: phase == ControllerPhase::Failed,
+            reason: format!("Phase{phase}"),
+            message: format!(
+                "phase {} -> {phase}",
+                old.phase.map(|p| p.to_string()).unwrap_or_else(|| "(none)".into())
+            ),
+        });
+    }
+    let mut status = ControllerStatus {
+        phase: Some(phase),
+        attention: None,
+        conditions,
+        last_reconciled_at: stamp,
+        last_apply_result: i.mite.last_apply.clone().or(old.last_apply_result.clone()),
+        config_digest: i.rendered.as_ref().ok().map(|r| r.digest.clone()).or(old.config_digest.clone()),
+        resolved: match &i.rendered {
+            Ok(r) => Some(ResolvedSummary {
+                version_profile: Some(r.profile.clone()),
+                jenkins_version: Some(r.jenkins_version.clone()),
+                bundle: Some(r.bundle.clone()),
+                plugin_count: Some(r.plugins.len() as i32),
+            }),
+            Err(_) => old.resolved.clone(),
+        },
+        ready_cells: Some(i.stateful_set.and_then(|s| s.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0)),
+        observed_generation: c.metadata.generation,
+    };
+    status.attention = varroa_api::attention(&status).map(|a| a.as_str().to_string());
+    (status, notes)
+}
