@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: start devcluster, install Vesper (CRD, RBAC), run its operator with a preview
-# domain, create two previews, show them Ready with their URLs, and keep running until Ctrl-C.
-# Everything it starts is stopped when it exits.
+# domain, create two previews, show them Ready with their URLs; install Varroa (CRDs, RBAC, a
+# gateway CA), run its operator, bring up two Jenkins controllers and show them; keep running
+# until Ctrl-C. Everything it starts is stopped when it exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEMO_DIR=${DEMO_DIR:-.demo}
@@ -14,7 +15,7 @@ rm -f "$KUBECONFIG" "$DEMO_DIR/pids"
 
 pids=()
 cleanup() {
-  # Newest first: the operator stops before the cluster it talks to.
+  # Newest first: the operators stop before the cluster they talk to.
   for ((i=${#pids[@]}-1; i>=0; i--)); do kill "${pids[$i]}" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
@@ -71,20 +72,45 @@ echo "== What shop-pr-42 got, in namespace $NS"
 kubectl get deploy,svc,ing,quota,limitrange,netpol -n "$NS"
 
 echo
-echo "== Varroa: its CRDs and the example configuration (docs/varroa/examples)"
+echo "== Installing Varroa: its CRDs, the operator's RBAC and a gateway CA (varroa-operator gateway-ca)"
 kubectl apply -f deploy/varroa/crds.yaml >/dev/null
 kubectl wait --for=condition=Established crd -l '' --all --timeout=30s >/dev/null
-kubectl apply -f docs/varroa/examples/
-kubectl get controllers.varroa.dev -A
-echo "   (provisioning is not built yet; the resolved configuration of team-a, and where each"
-echo "    setting came from:)"
-target/debug/varroa-operator render -f docs/varroa/examples --controller team-a/team-a | sed -n '1,25p'
+kubectl apply -f deploy/varroa/rbac.yaml
+./target/debug/varroa-operator gateway-ca | kubectl apply -f -
 
 echo
-echo "The cluster and the operator keep running until Ctrl-C. In another terminal:"
+echo "== Starting varroa-operator (as its ServiceAccount)"
+VARROA_TOKEN=$(./target/debug/devcluster token varroa-system/varroa-operator --kubeconfig "$KUBECONFIG" --duration 86400)
+VARROA_KUBECONFIG="$DEMO_DIR/varroa-operator.kubeconfig"
+sed "s|token: .*|token: $VARROA_TOKEN|" "$KUBECONFIG" >"$VARROA_KUBECONFIG"
+KUBECONFIG="$VARROA_KUBECONFIG" ./target/debug/varroa-operator --health-addr 127.0.0.1:0 \
+  >"$DEMO_DIR/varroa-operator.log" 2>&1 &
+pids+=($!)
+echo "$!" >>"$DEMO_DIR/pids"
+
+echo
+echo "== Two Jenkins controllers from the example configuration (docs/varroa/examples)"
+kubectl apply -f docs/varroa/examples/
+if ! kubectl wait --for=jsonpath='{.status.phase}'=Running controllers.varroa.dev/team-a \
+  controllers.varroa.dev/sandbox -n team-a --timeout=120s; then
+  echo "the controllers did not reach Running; see $DEMO_DIR/varroa-operator.log:" >&2
+  tail -n 40 "$DEMO_DIR/varroa-operator.log" >&2
+  exit 1
+fi
+echo
+VARROA=./target/debug/varroa
+$VARROA get controllers -A
+echo "   (they stop at Running: the mite sidecar streams to Varroa's gateway, which is not built"
+echo "    yet, so none reaches Connected)"
+echo
+echo "== Where team-a's settings came from (varroa-operator render, an excerpt)"
+target/debug/varroa-operator render -f docs/varroa/examples --controller team-a/team-a |
+  awk '/^  Plugins:/ { done = 1 } !done && !/^  Bundle|^    ComposedBundle/'
+
+echo
+echo "The cluster and the operators keep running until Ctrl-C. In another terminal:"
 echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/target/debug:\$PATH"
 echo "  vesperctl list                                  # previews, their URLs and expiry"
-echo "  target/debug/varroa-operator render -f docs/varroa/examples   # Varroa's resolved configuration"
 echo "  vesperctl describe shop-pr-42                   # conditions, events, the objects it owns"
 echo "  vesperctl extend shop-pr-42 --by 2h             # push the expiry back (at most 7 days)"
 echo "  vesperctl apply shop-pr-42 --image registry.example.com/shop:broken --wait --timeout 2m"
@@ -92,6 +118,11 @@ echo "                                                  # a broken build: fails 
 echo "  vesperctl delete docs-pr-7 --wait               # the namespace and everything in it go"
 echo "  kubectl vesper get                              # the same tool as a kubectl plugin, after:"
 echo "  ln -s $PWD/target/debug/vesperctl $PWD/target/debug/kubectl-vesper"
+echo "  varroa get controllers -A                       # Varroa's Jenkins controllers, their phase"
+echo "  varroa describe controller team-a -n team-a     # status, conditions, settings and their origin, events"
+echo "  varroa stop sandbox -n team-a --wait            # scaled to zero (volume and configuration stay);"
+echo "  varroa start sandbox -n team-a --wait           # and back"
+echo "  varroa-operator render -f docs/varroa/examples  # the resolved configuration, without a cluster"
 if [ "${DEMO_EXIT_AFTER_SETUP:-}" = "1" ]; then
   exit 0
 fi

@@ -92,6 +92,9 @@ pub const MANAGED_BY: &str = "varroa-operator";
 pub const ANNOTATION_RESTART_DIGEST: &str = "varroa.dev/restart-digest";
 /// The ConfigMap annotation holding the digest of the rendered configuration.
 pub const ANNOTATION_CONFIG_DIGEST: &str = "varroa.dev/config-digest";
+/// The StatefulSet annotation marking a controller parked by its inactivity policy (phase
+/// Hibernated) until it is woken.
+pub const ANNOTATION_HIBERNATED: &str = "varroa.dev/hibernated";
 /// Container names in the Jenkins pod.
 pub const CONTAINER_JENKINS: &str = "jenkins";
 pub const CONTAINER_MITE: &str = "mite";

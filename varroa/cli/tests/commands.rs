@@ -85,7 +85,7 @@ async fn get_shows_phase_attention_ready_cells_and_age() {
     assert_eq!(all_rows.len(), 4, "{all}");
     assert_eq!(
         (all_rows[3]["NAMESPACE"].as_str(), all_rows[3]["NAME"].as_str(), all_rows[3]["PHASE"].as_str()),
-        ("team-b", "delta", "<none>"),
+        ("team-b", "delta", "Pending"),
         "{all}"
     );
 
@@ -198,7 +198,7 @@ async fn describe_shows_attention_conditions_provenance_and_events() {
     let flat = squeeze(&d);
     for want in [
         "Class: <none>",
-        "Phase: <none> (is the operator running?)",
+        "Phase: Pending (no status yet: is the operator running?)",
         "Attention: <none>",
         "storage.size 10Gi ProvisioningDefaults default",
         "versionProfile lts-2.479 ProvisioningDefaults default",
@@ -328,14 +328,19 @@ async fn shows_progress_on_a_terminal() {
     let r = waiting.await.expect("join").expect(0);
     // One line per change of state, on stderr (the terminal), as it happens.
     let progress: Vec<&str> = r.stdout.lines().map(str::trim_end).filter(|l| l.starts_with('[')).collect();
-    assert_eq!(progress.len(), 2, "{}", r.stdout);
-    assert!(
-        progress[0]
-            .ends_with("] default/web: Connected (status describes generation 1, waiting for the operator to see 2)"),
-        "{}",
-        r.stdout
-    );
-    assert!(progress[1].ends_with("] default/web: Stopped"), "{}", r.stdout);
+    // The state before the change shows when the command's watch starts before the status
+    // changes (a loaded machine may start it later, and then only the last state shows).
+    assert!(matches!(progress.len(), 1 | 2), "{}", r.stdout);
+    if progress.len() == 2 {
+        assert!(
+            progress[0].ends_with(
+                "] default/web: Connected (status describes generation 1, waiting for the operator to see 2)"
+            ),
+            "{}",
+            r.stdout
+        );
+    }
+    assert!(progress.last().is_some_and(|l| l.ends_with("] default/web: Stopped")), "{}", r.stdout);
     assert!(r.stdout.contains("controller default/web stopped (Stopped)"), "{}", r.stdout);
 
     // A wait that runs out says what it saw last.

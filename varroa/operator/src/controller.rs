@@ -292,8 +292,9 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
     let (Ok(r), Ok(ca)) = (rendered, ca) else { return Err(Error::Blocked("unreachable".into())) };
     let site = update_site(ctx, &r).map_err(Error::Blocked)?;
 
-    // 3. The objects.
-    let pod_inputs = PodInputs { update_site: site, ca_fingerprint: &ca.fingerprint(), running: true };
+    // 3. The objects (hibernated: parked at zero until woken).
+    let hibernated = hibernating(ctx, c, &r, &mite).await?;
+    let pod_inputs = PodInputs { update_site: site, ca_fingerprint: &ca.fingerprint(), hibernated };
     let steps = async {
         ensure(ctx, &ns, &objects::service_account(c)).await?;
         ensure(ctx, &ns, &objects::agents_role(c)).await?;
@@ -357,6 +358,36 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
         next = next.min(n);
     }
     Ok(Action::requeue(next))
+}
+
+/// Whether the controller is to be parked: it already is (its StatefulSet is marked) and nobody
+/// asked to wake it, or its inactivity policy's idle period has passed.
+async fn hibernating(
+    ctx: &Context,
+    c: &Controller,
+    r: &varroa_config::Rendered,
+    mite: &crate::mite::MiteState,
+) -> Result<bool> {
+    if c.spec.power_state == varroa_api::PowerState::Stopped || mite.wake_requested {
+        return Ok(false);
+    }
+    let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &c.namespace().unwrap_or_default());
+    let marked = sts
+        .get_opt(&c.name_any())
+        .await
+        .map_err(|e| Error::kube("reading the StatefulSet", e))?
+        .is_some_and(|s| s.annotations().contains_key(varroa_api::lifecycle::ANNOTATION_HIBERNATED));
+    if marked {
+        return Ok(true);
+    }
+    let idle_after = r
+        .settings
+        .settings
+        .hibernation
+        .as_ref()
+        .and_then(|h| h.idle_after.as_deref())
+        .and_then(|d| crate::config::parse_duration(d).ok());
+    Ok(matches!((idle_after, mite.idle_for), (Some(after), Some(idle)) if idle >= after))
 }
 
 /// Deletes cells (of a controller with cells above 1) unready for longer than the grace

@@ -12,11 +12,13 @@
 //! | The source of mite connection state | mite.rs |
 //! | Flags, metrics | config.rs, metrics.rs |
 //! | `varroa-operator render` | render_cmd.rs |
+//! | `varroa-operator gateway-ca` | gateway_ca_cmd.rs |
 
 pub mod certs;
 pub mod config;
 pub mod controller;
 pub mod error;
+pub mod gateway_ca_cmd;
 pub mod metrics;
 pub mod mite;
 pub mod objects;

@@ -1,10 +1,11 @@
 //! varroa-operator: provisions Jenkins controllers from `varroa.dev/v1alpha1` resources (the
 //! default command), or shows a controller's resolved configuration without a cluster
-//! (`render`), or prints the CRDs (`crds`).
+//! (`render`), or prints the CRDs (`crds`), or a freshly generated gateway CA Secret
+//! (`gateway-ca`).
 
 use clap::{Parser, Subcommand};
 use std::sync::Arc;
-use varroa_operator::render_cmd;
+use varroa_operator::{gateway_ca_cmd, render_cmd};
 
 #[derive(Parser, Debug)]
 #[command(name = "varroa-operator", version, about = "Provisions Jenkins controllers from Controller resources")]
@@ -26,13 +27,16 @@ enum Command {
     Render(render_cmd::RenderArgs),
     /// Print the CustomResourceDefinitions of varroa.dev/v1alpha1 (as deploy/varroa/crds.yaml).
     Crds,
+    /// Print a `kubernetes.io/tls` Secret holding a freshly generated gateway CA (tls.crt,
+    /// tls.key), for development installs: `varroa-operator gateway-ca | kubectl apply -f -`.
+    GatewayCa(gateway_ca_cmd::GatewayCaArgs),
 }
 
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let default_filter = match cli.command {
-        Some(Command::Render(_)) | Some(Command::Crds) => "warn",
+        Some(Command::Render(_)) | Some(Command::Crds) | Some(Command::GatewayCa(_)) => "warn",
         _ => "info,kube=warn",
     };
     tracing_subscriber::fmt()
@@ -44,6 +48,9 @@ fn main() {
     if let Some(Command::Crds) = cli.command {
         print!("{}", varroa_api::crd_yaml());
         return;
+    }
+    if let Some(Command::GatewayCa(args)) = &cli.command {
+        std::process::exit(gateway_ca_cmd::run(args));
     }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

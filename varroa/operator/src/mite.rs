@@ -17,6 +17,11 @@ pub struct MiteState {
     pub lost: bool,
     /// The last apply the mite reported.
     pub last_apply: Option<ApplyResult>,
+    /// How long Jenkins has had no builds, no queue and no user activity (what the inactivity
+    /// policy compares with `hibernation.idleAfter`); None when unknown.
+    pub idle_for: Option<std::time::Duration>,
+    /// A webhook, a cron trigger due soon or a user opening the controller asked to wake it.
+    pub wake_requested: bool,
 }
 
 /// A source of mite connection state.

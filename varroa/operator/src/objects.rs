@@ -49,8 +49,8 @@ pub struct PodInputs<'a> {
     pub update_site: String,
     /// The fingerprint of the gateway CA (a change rolls the pod).
     pub ca_fingerprint: &'a str,
-    /// Whether the StatefulSet runs (false: scaled to zero).
-    pub running: bool,
+    /// Parked by the inactivity policy: scaled to zero and marked.
+    pub hibernated: bool,
 }
 
 pub fn secret_name(c: &Controller) -> String {
@@ -270,7 +270,7 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
     let name = c.name_any();
     let ns = c.namespace().unwrap_or_default();
     let cells = s.cells.unwrap_or(1).max(1);
-    let replicas = if inputs.running && c.spec.power_state == PowerState::Running { cells } else { 0 };
+    let replicas = if !inputs.hibernated && c.spec.power_state == PowerState::Running { cells } else { 0 };
     let storage = s.storage.clone().unwrap_or_default();
     let mut pod_labels = labels(c);
     pod_labels.insert(LABEL_CONTROLLER.into(), name.clone());
@@ -400,8 +400,13 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
         Some(Retention::Delete) => "Delete",
         _ => "Retain",
     };
+    let mut sts_meta = meta(c, &name);
+    if inputs.hibernated {
+        sts_meta.annotations =
+            Some(BTreeMap::from([(varroa_api::lifecycle::ANNOTATION_HIBERNATED.to_string(), "true".to_string())]));
+    }
     StatefulSet {
-        metadata: meta(c, &name),
+        metadata: sts_meta,
         spec: Some(StatefulSetSpec {
             replicas: Some(replicas),
             service_name: Some(headless_name(c)),

@@ -42,8 +42,13 @@ pub fn phase_from_workload(c: &Controller, sts: Option<&StatefulSet>, mite: &Mit
     let Some(sts) = sts else { return ControllerPhase::Provisioning };
     let desired = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let st = sts.status.clone().unwrap_or_default();
+    let parked = sts.annotations().contains_key(varroa_api::lifecycle::ANNOTATION_HIBERNATED);
     if c.spec.power_state == PowerState::Stopped || desired == 0 {
-        return if st.replicas == 0 { ControllerPhase::Stopped } else { ControllerPhase::Provisioning };
+        return match (st.replicas == 0, parked && c.spec.power_state == PowerState::Running) {
+            (true, true) => ControllerPhase::Hibernated,
+            (true, false) => ControllerPhase::Stopped,
+            (false, _) => ControllerPhase::Provisioning,
+        };
     }
     let generation = sts.metadata.generation.unwrap_or(0);
     let rolled = st.observed_generation.unwrap_or(0) >= generation
@@ -185,6 +190,7 @@ pub fn compute(i: &Inputs, stamp: Option<Time>) -> (ControllerStatus, Vec<Note>)
             ControllerPhase::Connected => "Jenkins runs and its mite is connected".into(),
             ControllerPhase::Running => "Jenkins runs; the mite stream is not up".into(),
             ControllerPhase::Stopped => "stopped by spec.powerState".into(),
+            ControllerPhase::Hibernated => "parked by its inactivity policy until woken".into(),
             ControllerPhase::Provisioning => "creating or rolling the Jenkins pod".into(),
             ControllerPhase::Failed => i.failed.clone().unwrap_or_default(),
             _ => String::new(),

@@ -119,6 +119,7 @@ async fn a_controller_reaches_running_then_connected_with_every_object_checked()
                 digest: "sha256:abc".into(),
                 time: None,
             }),
+            ..Default::default()
         },
     );
     env.wait("ci", "Apply failed", |c| attention_of(c).as_deref() == Some("Apply failed")).await;
@@ -144,7 +145,10 @@ async fn a_controller_reaches_running_then_connected_with_every_object_checked()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jcasc_change_does_not_roll_the_pod_and_a_plugin_change_does() {
-    let env = Env::start(config()).await;
+    // Pods take a moment to start, so the roll is observable (instant, it could finish between
+    // two passes of the operator).
+    let options = devcluster::Options { pod_startup: Duration::from_millis(300), ..Default::default() };
+    let env = Env::start_with(options, config()).await;
     env.apply(
         "apiVersion: varroa.dev/v1alpha1\nkind: CatalogItem\nmetadata: {name: msg, namespace: team-a}\nspec: {casc: {jenkins: {systemMessage: one}}}\n---\napiVersion: varroa.dev/v1alpha1\nkind: ComposedBundle\nmetadata: {name: b, namespace: team-a}\nspec: {inputs: [{catalogItem: {name: varroa-starter}}, {catalogItem: {name: msg}}]}\n",
     )
@@ -338,4 +342,34 @@ async fn a_no_op_reconcile_and_an_operator_restart_write_nothing() {
     let _ = one_rv;
     let pods: Api<Pod> = Api::namespaced(env.admin.clone(), TEAM);
     assert_eq!(pods.list(&ListParams::default().labels("varroa.dev/controller=two")).await.unwrap().items.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_controller_hibernates_and_wakes_on_request() {
+    let env = Env::start(config()).await;
+    env.create("ci", json!({"hibernation": {"idleAfter": "2h"}})).await;
+    env.wait_phase("ci", ControllerPhase::Running).await;
+    let digest = restart_digest(&env.obj::<StatefulSet>("ci").await);
+    // Idle, but not long enough: nothing happens.
+    env.mites.set("team-a", "ci", MiteState { idle_for: Some(Duration::from_secs(3600)), ..Default::default() });
+    env.settle("ci").await;
+    assert_eq!(env.obj::<StatefulSet>("ci").await.spec.unwrap().replicas, Some(1));
+    // Idle past the policy: parked at zero, phase Hibernated, the volume kept.
+    env.mites.set("team-a", "ci", MiteState { idle_for: Some(Duration::from_secs(3 * 3600)), ..Default::default() });
+    let c = env.wait_phase("ci", ControllerPhase::Hibernated).await;
+    assert_eq!(attention_of(&c), None, "hibernation needs no attention");
+    let sts: StatefulSet = env.obj("ci").await;
+    assert_eq!(sts.spec.clone().unwrap().replicas, Some(0));
+    assert_eq!(restart_digest(&sts), digest, "parking changes no pod setting");
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.admin.clone(), TEAM);
+    assert!(pvcs.get_opt("jenkins-home-ci-0").await.unwrap().is_some());
+    // It stays parked when the mite's idle report is gone (the pod is gone with it)...
+    env.mites.set("team-a", "ci", MiteState::default());
+    env.settle("ci").await;
+    assert_eq!(phase_of(&env.controllers().get("ci").await.unwrap()), Some(ControllerPhase::Hibernated));
+    // ...until something asks to wake it.
+    env.mites.set("team-a", "ci", MiteState { wake_requested: true, ..Default::default() });
+    env.wait_phase("ci", ControllerPhase::Running).await;
+    let events = env.events_of("ci").await;
+    assert!(events.iter().any(|e| e.reason.as_deref() == Some("PhaseHibernated")), "{events:#?}");
 }

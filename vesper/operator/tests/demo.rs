@@ -1,5 +1,5 @@
-//! `make demo`, in its short mode: the previews reach Ready and nothing it started is left
-//! running afterwards.
+//! `make demo`, in its short mode: the previews reach Ready, Varroa's two controllers reach
+//! Running, and nothing it started is left running afterwards.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,7 +16,7 @@ fn running(pid: &str) -> bool {
 }
 
 #[test]
-fn demo_brings_previews_to_ready_and_cleans_up() {
+fn demo_brings_previews_to_ready_and_controllers_to_running_and_cleans_up() {
     // The demo runs the workspace's binaries.
     let build = Command::new(env!("CARGO"))
         .current_dir(repo())
@@ -31,6 +31,8 @@ fn demo_brings_previews_to_ready_and_cleans_up() {
             "vesperctl",
             "-p",
             "varroa-operator",
+            "-p",
+            "varroa-cli",
         ])
         .status()
         .expect("cargo runs");
@@ -52,21 +54,31 @@ fn demo_brings_previews_to_ready_and_cleans_up() {
             .unwrap_or_else(|| panic!("{preview} not listed:\n{stdout}"));
         assert!(line.contains(" Ready "), "{preview} is not Ready: {line}");
     }
-    // Varroa's example configuration is installed and its resolution shown.
-    for line in ["team-a      sandbox", "team-a      team-a", "storage.size"] {
-        assert!(
-            stdout.lines().any(|l| l
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-                .contains(&line.split_whitespace().collect::<Vec<_>>().join(" "))),
-            "{line:?} missing from the demo's Varroa section:\n{stdout}"
-        );
+    // Varroa's two example controllers are up, as `varroa get controllers -A` shows them (a
+    // table with a PHASE column), and team-a's resolved configuration is shown.
+    let varroa = stdout
+        .split("== Two Jenkins controllers")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Varroa controllers section:\n{stdout}"));
+    let header = varroa
+        .lines()
+        .find(|l| l.split_whitespace().take(2).eq(["NAMESPACE", "NAME"]))
+        .unwrap_or_else(|| panic!("no `varroa get controllers -A` table:\n{varroa}"));
+    // Cells can be empty (ATTENTION): read the PHASE cell at the header's column.
+    let at = header.find("PHASE").unwrap_or_else(|| panic!("no PHASE column: {header}"));
+    for name in ["team-a", "sandbox"] {
+        let row = varroa
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq(["team-a", name]))
+            .unwrap_or_else(|| panic!("controller team-a/{name} not listed:\n{varroa}"));
+        let phase = row.get(at..).and_then(|r| r.split_whitespace().next());
+        assert_eq!(phase, Some("Running"), "team-a/{name}: {row}");
     }
+    assert!(varroa.contains("storage.size"), "the render excerpt is missing:\n{varroa}");
     // Everything it started (it records each pid) is gone.
     let pids = std::fs::read_to_string(dir.path().join("pids")).expect("the demo records the pids it starts");
     let pids: Vec<&str> = pids.split_whitespace().collect();
-    assert_eq!(pids.len(), 2, "devcluster and the operator: {pids:?}");
+    assert_eq!(pids.len(), 3, "devcluster, vesper-operator and varroa-operator: {pids:?}");
     for pid in pids {
         assert!(!running(pid), "process {pid} started by the demo still runs");
     }

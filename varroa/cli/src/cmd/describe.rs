@@ -49,7 +49,10 @@ pub fn summary(c: &Controller, cells: Option<i32>, now: Timestamp) -> String {
     t.row(["Power state:".to_string(), format!("{:?}", c.spec.power_state)]);
     t.row([
         "Phase:".to_string(),
-        status.phase.map(|p| p.to_string()).unwrap_or_else(|| "<none> (is the operator running?)".into()),
+        status
+            .phase
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "Pending (no status yet: is the operator running?)".into()),
     ]);
     let attention = match varroa_api::attention(&status) {
         None => none(),

@@ -127,7 +127,8 @@ fn table(items: &[Controller], cells: &[Option<i32>], wide: bool, all_namespaces
             row.push(c.namespace().unwrap_or_default());
         }
         row.push(c.name_any());
-        row.push(status.phase.map(|p| p.to_string()).unwrap_or_else(|| "<none>".into()));
+        // No status yet: waiting for reconciliation, which the architecture calls Pending.
+        row.push(status.phase.map(|p| p.to_string()).unwrap_or_else(|| "Pending".into()));
         row.push(controller::attention_words(&status).to_string());
         row.push(controller::ready_cells(c, cells.get(i).copied().flatten()));
         row.push(timefmt::age_of(now, c.metadata.creation_timestamp.as_ref().map(|t| t.0)));
@@ -184,7 +185,7 @@ mod tests {
             "NAME   PHASE       ATTENTION     READY   AGE\n\
              a      Connected                 1/3     48m\n\
              b      Running     Boot failed   0/2     120m\n\
-             c      <none>                    0/1     <unknown>\n"
+             c      Pending                   0/1     <unknown>\n"
         );
         let wide = table(&items, &[], true, true, now).render("");
         let words: Vec<Vec<&str>> = wide.lines().map(|l| l.split_whitespace().collect()).collect();
@@ -193,7 +194,7 @@ mod tests {
             ["NAMESPACE", "NAME", "PHASE", "ATTENTION", "READY", "AGE", "CLASS", "PROFILE", "RECONCILED"]
         );
         assert_eq!(words[1], ["team", "a", "Connected", "1/1", "48m", "large", "lts-2.492", "30s"]);
-        assert_eq!(words[3], ["team", "c", "<none>", "0/1", "<unknown>", "<none>", "<none>", "<never>"]);
+        assert_eq!(words[3], ["team", "c", "Pending", "0/1", "<unknown>", "<none>", "<none>", "<never>"]);
         assert_eq!(
             render(&items[..1], &[], Some(Output::Name), false, false, now).unwrap(),
             "controller.varroa.dev/a\n"

@@ -110,6 +110,11 @@ metadata:
 impl Env {
     /// A cluster ready for the operator (not started yet).
     pub async fn cluster() -> Env {
+        Self::cluster_with(devcluster::Options::default()).await
+    }
+
+    /// A cluster with these devcluster options (e.g. a pod startup time).
+    pub async fn cluster_with(options: devcluster::Options) -> Env {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -117,7 +122,7 @@ impl Env {
             )
             .with_test_writer()
             .try_init();
-        let dc = DevCluster::start_with(devcluster::Options::default()).await.expect("devcluster starts");
+        let dc = DevCluster::start_with(options).await.expect("devcluster starts");
         let admin = dc.client();
         apply_yaml(&admin, &std::fs::read_to_string(repo("deploy/varroa/crds.yaml")).expect("crds")).await;
         for crd in varroa_api::crds() {
@@ -140,7 +145,11 @@ impl Env {
     }
 
     pub async fn start(config: Config) -> Env {
-        let mut env = Env::cluster().await;
+        Self::start_with(devcluster::Options::default(), config).await
+    }
+
+    pub async fn start_with(options: devcluster::Options, config: Config) -> Env {
+        let mut env = Env::cluster_with(options).await;
         env.start_operator(config);
         env
     }
