@@ -40,7 +40,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use varroa_api::lifecycle::{LABEL_CONTROLLER, LABEL_MANAGED_BY, MANAGED_BY};
 use varroa_api::{Controller, ControllerStatus};
-use varroa_config::render::FetchedInput;
 
 /// The field manager of everything the operator writes.
 pub const MANAGER: &str = "varroa-operator";
@@ -197,31 +196,7 @@ where
 async fn render(ctx: &Context, c: &Controller) -> Result<varroa_config::Rendered, String> {
     let ns = c.namespace().unwrap_or_default();
     let mut world = ctx.world.world_for(&ns);
-    for input in varroa_config::remote_inputs(c, &world) {
-        let key = varroa_config::compose::describe_input(&input);
-        let source = match (&input.git, &input.oci) {
-            (Some(g), _) => varroa_sources::Source::Git(varroa_sources::GitSource {
-                url: g.url.clone(),
-                reference: g.reference.clone(),
-                path: g.path.clone().unwrap_or_default(),
-            }),
-            (None, Some(o)) => {
-                varroa_sources::Source::Oci(varroa_sources::OciSource { reference: o.reference.clone() })
-            }
-            _ => continue,
-        };
-        let fetched = ctx.fetcher.fetch_or_last_good(&source).await;
-        let value = match (fetched.artifact, fetched.error) {
-            (Some(a), err) => Ok(FetchedInput {
-                revision: a.revision.clone(),
-                files: a.files.clone(),
-                stale_error: err.map(|e| e.to_string()),
-            }),
-            (None, Some(e)) => Err(e.to_string()),
-            (None, None) => Err("not fetched".to_string()),
-        };
-        world.fetched.insert(key, value);
-    }
+    crate::fetch::fetch_inputs(&ctx.fetcher, c, &mut world, true).await;
     varroa_config::render(c, &world).map_err(|e| e.to_string())
 }
 

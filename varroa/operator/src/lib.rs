@@ -18,6 +18,7 @@ pub mod certs;
 pub mod config;
 pub mod controller;
 pub mod error;
+pub mod fetch;
 pub mod gateway_ca_cmd;
 pub mod metrics;
 pub mod mite;

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use varroa_config::load::Loaded;
-use varroa_config::render::{FetchedInput, remote_inputs};
 use varroa_config::{Rendered, render};
 
 /// Arguments of `render`.
@@ -65,28 +64,7 @@ pub async fn run(args: RenderArgs) -> i32 {
         None,
     );
     for c in &controllers {
-        for input in remote_inputs(c, &loaded.world) {
-            let key = varroa_config::compose::describe_input(&input);
-            if loaded.world.fetched.contains_key(&key) {
-                continue;
-            }
-            let source = match (&input.git, &input.oci) {
-                (Some(g), _) => varroa_sources::Source::Git(varroa_sources::GitSource {
-                    url: g.url.clone(),
-                    reference: g.reference.clone(),
-                    path: g.path.clone().unwrap_or_default(),
-                }),
-                (None, Some(o)) => {
-                    varroa_sources::Source::Oci(varroa_sources::OciSource { reference: o.reference.clone() })
-                }
-                _ => continue,
-            };
-            let value = match fetcher.fetch(&source).await {
-                Ok(a) => Ok(FetchedInput { revision: a.revision.clone(), files: a.files.clone(), stale_error: None }),
-                Err(e) => Err(e.to_string()),
-            };
-            loaded.world.fetched.insert(key, value);
-        }
+        crate::fetch::fetch_inputs(&fetcher, c, &mut loaded.world, false).await;
     }
 
     let mut status = 0;

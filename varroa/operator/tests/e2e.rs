@@ -373,3 +373,100 @@ async fn an_idle_controller_hibernates_and_wakes_on_request() {
     let events = env.events_of("ci").await;
     assert!(events.iter().any(|e| e.reason.as_deref() == Some("PhaseHibernated")), "{events:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_gateway_ca_reissues_the_certificate_and_rolls_the_pod() {
+    let env = Env::start(config()).await;
+    env.create("ci", json!({})).await;
+    env.wait_phase("ci", ControllerPhase::Running).await;
+    let digest = restart_digest(&env.obj::<StatefulSet>("ci").await);
+    let pod = pod_uid(&env, "ci").await;
+    let ca = install_gateway_ca(&env.admin, "rotated gateway CA").await;
+    // The operator reads the CA on each pass: wake it (a CA change is not a watched object).
+    env.touch("ci").await;
+    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), TEAM);
+    let r = tokio::time::timeout(WAIT, async {
+        loop {
+            let s = secrets.get("ci-mite-tls").await.expect("secret");
+            let crt = String::from_utf8(s.data.unwrap()["tls.crt"].0.clone()).unwrap();
+            if varroa_pki::issuer_fingerprint_matches(&crt, &ca) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(r.is_ok(), "the mite certificate is issued again by the new CA");
+    // A new CA is restart-class: the pod template changes and the pod rolls.
+    let sts: Api<StatefulSet> = Api::namespaced(env.admin.clone(), TEAM);
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), TEAM);
+    let r = tokio::time::timeout(WAIT, async {
+        loop {
+            let rolled = restart_digest(&sts.get("ci").await.unwrap()) != digest
+                && pods.get_opt("ci-0").await.unwrap().is_some_and(|p| p.uid().as_deref() != Some(pod.as_str()));
+            if rolled {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(r.is_ok(), "the pod template changed and the pod rolled");
+    env.wait("ci", "Running again", |c| phase_of(c) == Some(ControllerPhase::Running)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unready_cell_is_replaced_after_its_grace_and_a_single_controller_is_not() {
+    let mut cfg = config();
+    cfg.cell_unready_grace = Duration::from_millis(800);
+    let env = Env::start(cfg).await;
+    env.dc.set_faults(vec![FaultRule::new(JENKINS, Fault::Unready)]);
+    env.create("cells", json!({"cells": 2})).await;
+    env.create("single", json!({})).await;
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), TEAM);
+    let single = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Some(p) = pods.get_opt("single-0").await.unwrap() {
+                return p.uid().unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the single controller's pod");
+    let replaced = tokio::time::timeout(WAIT, async {
+        loop {
+            let events = env.events_of("cells").await;
+            if let Some(e) = events.iter().find(|e| e.reason.as_deref() == Some("CellReplaced")) {
+                return e.note.clone().unwrap_or_default();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("a CellReplaced event");
+    assert!(replaced.contains("was unready for") && replaced.contains("replaced"), "{replaced}");
+    env.settle("single").await;
+    assert_eq!(pods.get("single-0").await.unwrap().uid().unwrap(), single, "a single controller is never replaced");
+    assert!(env.events_of("single").await.iter().all(|e| e.reason.as_deref() != Some("CellReplaced")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_the_api_server_refuses_fails_the_controller_until_fixed() {
+    let env = Env::start(config()).await;
+    env.create("ci", json!({"ingress": {"host": "ci.example.com", "annotations": {"not a valid key!": "x"}}})).await;
+    let c = env.wait_phase("ci", ControllerPhase::Failed).await;
+    assert_eq!(attention_of(&c).as_deref(), Some("Failed"));
+    let cond = condition(&c, condition::FAILED).expect("the Failed condition");
+    assert_eq!((cond.status.as_str(), cond.reason.as_str()), ("True", "ProvisioningRefused"));
+    assert!(cond.message.contains("Ingress") && cond.message.contains("not a valid key!"), "{}", cond.message);
+    let stamp = c.status.as_ref().and_then(|s| s.last_reconciled_at.clone());
+    // During the dwell nothing is retried (the stamp does not move)...
+    env.touch("ci").await;
+    let again = env.controllers().get("ci").await.unwrap();
+    assert_eq!(again.status.and_then(|s| s.last_reconciled_at), stamp);
+    // ...and a fix (a new generation) ends it at once.
+    env.patch_spec("ci", json!({"ingress": {"annotations": null}})).await;
+    let c = env.wait_phase("ci", ControllerPhase::Running).await;
+    assert_eq!(condition(&c, condition::FAILED).map(|x| x.status.as_str()), Some("False"));
+}
