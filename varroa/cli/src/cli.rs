@@ -1,8 +1,8 @@
 //! The command line: flags and subcommands (clap).
 
-use crate::timefmt;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use std::path::PathBuf;
+use clikit::cli::{CompletionArgs, GlobalArgs, namespace_help};
+use clikit::timefmt;
 use std::time::Duration;
 
 const EXIT_CODES: &str = "\
@@ -21,28 +21,14 @@ Exit codes:
     long_about = "Inspect, stop and start the Jenkins controllers Varroa manages (Controller, varroa.dev/v1alpha1). \
 varroa talks to the Kubernetes API server only, like kubectl, with the same kubeconfig.",
     after_help = EXIT_CODES,
-    propagate_version = true
+    propagate_version = true,
+    mut_arg("namespace", |a| a.help(namespace_help("the controllers")))
 )]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Where to find the cluster and the controllers: read like kubectl reads them.
-#[derive(Args, Debug, Clone, Default)]
-pub struct GlobalArgs {
-    /// The kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster
-    /// service account).
-    #[arg(long, global = true, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use (default: its current context).
-    #[arg(long, global = true, value_name = "NAME")]
-    pub context: Option<String>,
-    /// The namespace of the controllers (default: the context's namespace, else `default`).
-    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
-    pub namespace: Option<String>,
 }
 
 /// The subcommands.
@@ -123,14 +109,6 @@ pub struct PowerArgs {
     /// How long --wait waits before giving up with exit code 3 (e.g. 90s, 5m, 1h).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = timefmt::parse_duration, requires = "wait")]
     pub timeout: Duration,
-}
-
-/// `completion SHELL`.
-#[derive(Args, Debug, Clone)]
-pub struct CompletionArgs {
-    /// The shell.
-    #[arg(value_enum)]
-    pub shell: clap_complete::Shell,
 }
 
 /// The clap command.

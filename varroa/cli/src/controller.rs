@@ -1,8 +1,9 @@
 //! What the commands read off a Controller (its attention and the condition behind it, its
 //! cells) and the requests every command makes about one, with plain "not found" messages.
 
-use crate::client::Target;
-use crate::error::{Error, Result, status};
+use crate::client::{Controllers, Target};
+use crate::error::{Error, Result};
+use clikit::apierror::status;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use varroa_api::lifecycle::condition;

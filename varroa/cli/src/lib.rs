@@ -5,7 +5,7 @@
 //! | Command | Module |
 //! |---|---|
 //! | flags | cli.rs |
-//! | kubeconfig, namespace | client.rs |
+//! | kubeconfig, namespace (through [`clikit::client`]) | client.rs |
 //! | errors and exit codes | error.rs |
 //! | reading a Controller, its attention and cells | controller.rs |
 //! | get | cmd/get.rs |
@@ -29,8 +29,6 @@ pub mod client;
 pub mod cmd;
 pub mod controller;
 pub mod error;
-pub mod table;
-pub mod timefmt;
 
 use cli::{Cli, Command};
 pub use error::{Error, Result};

@@ -1,8 +1,9 @@
 //! The command line: flags and subcommands (clap), and how the program names itself (`vesperctl`,
 //! or `kubectl vesper` when installed as the kubectl plugin `kubectl-vesper`).
 
-use crate::timefmt;
 use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clikit::cli::{CompletionArgs, GlobalArgs, namespace_help};
+use clikit::timefmt;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,28 +29,14 @@ Exit codes:
 vesper.eventide.dev/v1alpha1). vesperctl talks to the Kubernetes API server only, like kubectl, with the \
 same kubeconfig; installed as `kubectl-vesper` on PATH it also runs as `kubectl vesper`.",
     after_help = EXIT_CODES,
-    propagate_version = true
+    propagate_version = true,
+    mut_arg("namespace", |a| a.help(namespace_help("the previews")))
 )]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Where to find the cluster and the previews: read like kubectl reads them.
-#[derive(Args, Debug, Clone, Default)]
-pub struct GlobalArgs {
-    /// The kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster
-    /// service account).
-    #[arg(long, global = true, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use (default: its current context).
-    #[arg(long, global = true, value_name = "NAME")]
-    pub context: Option<String>,
-    /// The namespace of the previews (default: the context's namespace, else `default`).
-    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
-    pub namespace: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -209,13 +196,6 @@ pub struct WaitArgs {
     /// How long to wait before giving up with exit code 3 (e.g. 90s, 5m, 1h).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct CompletionArgs {
-    /// The shell.
-    #[arg(value_enum)]
-    pub shell: clap_complete::Shell,
 }
 
 fn parse_env(s: &str) -> Result<EnvVar, String> {

@@ -1,51 +1,18 @@
-//! Connecting to the API server the way kubectl does: `--kubeconfig`, else `$KUBECONFIG`
-//! (several files merged), else `~/.kube/config`, else the in-cluster service account;
-//! `--context` picks a context; the namespace is `-n`, else the context's, else `default`.
+//! The API server connection ([`clikit::client`]: the kubeconfig, context and namespace read as
+//! kubectl reads them) and the previews it reaches.
 
-use crate::cli::GlobalArgs;
-use crate::error::{Error, Result};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+pub use clikit::client::{Target, connect};
+use kube::Api;
 use vesper_api::PreviewEnvironment;
 
-/// What every command works with: a client and the namespace of the previews.
-#[derive(Clone)]
-pub struct Target {
-    pub client: Client,
-    pub namespace: String,
-    /// The API server's address, for messages.
-    pub server: String,
-}
-
-impl Target {
+/// The previews of a [`Target`]'s namespace.
+pub trait Previews {
     /// The previews of the namespace.
-    pub fn previews(&self) -> Api<PreviewEnvironment> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
+    fn previews(&self) -> Api<PreviewEnvironment>;
 }
 
-pub async fn connect(g: &GlobalArgs) -> Result<Target> {
-    let options = KubeConfigOptions { context: g.context.clone(), cluster: None, user: None };
-    let config = match (&g.kubeconfig, &g.context) {
-        (Some(path), _) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| Error::Config(format!("reading the kubeconfig {}: {e}", path.display())))?;
-            Config::from_custom_kubeconfig(kc, &options)
-                .await
-                .map_err(|e| Error::Config(format!("using the kubeconfig {}: {e}", path.display())))?
-        }
-        (None, Some(context)) => Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| Error::Config(format!("using context {context:?} of the kubeconfig ($KUBECONFIG or ~/.kube/config): {e}")))?,
-        (None, None) => Config::infer().await.map_err(|e| {
-            Error::Config(format!(
-                "no cluster to talk to: set KUBECONFIG or pass --kubeconfig (or run in a pod with a service account): {e}"
-            ))
-        })?,
-    };
-    let namespace = g.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
-    let server = config.cluster_url.to_string();
-    let client = Client::try_from(config)
-        .map_err(|e| Error::Config(format!("setting up a client for {server}: {}", crate::error::readable(&e))))?;
-    Ok(Target { client, namespace, server })
+impl Previews for Target {
+    fn previews(&self) -> Api<PreviewEnvironment> {
+        self.namespaced()
+    }
 }

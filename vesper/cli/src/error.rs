@@ -1,8 +1,6 @@
 //! Errors as the user reads them, and the exit code of each: 1 for a failure (the API server
 //! refused, the preview failed, it does not exist), 3 for a timeout. Usage errors (2) are clap's.
 
-use kube::core::Status;
-
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Exit codes.
@@ -20,7 +18,7 @@ pub enum Error {
     Timeout(String),
     /// The kubeconfig could not be read or used.
     #[error("{0}")]
-    Config(String),
+    Config(#[from] clikit::client::ConnectError),
     /// A request to the API server failed.
     #[error("{context}: {}", readable(source))]
     Kube { context: String, source: kube::Error },
@@ -41,82 +39,19 @@ impl Error {
     }
 }
 
-/// The API server's answer, if the error is one.
-pub fn status(e: &kube::Error) -> Option<&Status> {
-    match e {
-        kube::Error::Api(s) => Some(s),
-        _ => None,
-    }
-}
+/// What a 403 tells the user to ask RBAC access to.
+const RBAC_RESOURCE: &str = "previewenvironments";
 
-/// The HTTP code of an API server refusal.
-pub fn code(e: &kube::Error) -> Option<u16> {
-    status(e).map(|s| s.code)
-}
-
-/// A kube error as a person reads it: a refusal with its fields and rules (422), a hint for
-/// 401/403/404, the cause chain for transport errors.
+/// A kube error as a person reads it ([`clikit::apierror::readable`]), a 403 asking for access
+/// to previewenvironments.
 pub fn readable(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => readable_status(s),
-        other => {
-            let mut out = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(s) = source {
-                let text = s.to_string();
-                if !out.contains(&text) {
-                    out.push_str(": ");
-                    out.push_str(&text);
-                }
-                source = s.source();
-            }
-            format!("cannot reach the API server: {out}")
-        }
-    }
-}
-
-fn readable_status(s: &Status) -> String {
-    let causes: Vec<String> = s
-        .details
-        .as_ref()
-        .map(|d| {
-            d.causes
-                .iter()
-                .map(|c| match (c.field.is_empty(), c.message.is_empty()) {
-                    (false, false) => format!("  {}: {}", c.field, c.message),
-                    (false, true) => format!("  {}: {}", c.field, c.reason),
-                    _ => format!("  {}", c.message),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let reason = if s.reason.is_empty() { String::new() } else { format!(" {}", s.reason) };
-    match s.code {
-        422 if !causes.is_empty() => {
-            format!("the API server refused it (422{reason}):\n{}", causes.join("\n"))
-        }
-        401 => format!(
-            "the API server does not know who you are (401{reason}): {}; check the credentials of your kubeconfig",
-            s.message
-        ),
-        403 => format!(
-            "the API server forbids it (403{reason}): {}; ask for RBAC access to previewenvironments",
-            s.message
-        ),
-        code => {
-            let mut out = format!("the API server answered {code}{reason}: {}", s.message);
-            if !causes.is_empty() {
-                out.push('\n');
-                out.push_str(&causes.join("\n"));
-            }
-            out
-        }
-    }
+    clikit::apierror::readable(e, RBAC_RESOURCE)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::core::Status;
     use kube::core::response::{StatusCause, StatusDetails};
 
     #[test]

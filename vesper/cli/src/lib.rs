@@ -5,7 +5,7 @@
 //! | Command | Module |
 //! |---|---|
 //! | flags, plugin name | cli.rs |
-//! | kubeconfig, namespace | client.rs |
+//! | kubeconfig, namespace (through [`clikit::client`]) | client.rs |
 //! | errors and exit codes | error.rs |
 //! | create, apply | cmd/create.rs |
 //! | get, list | cmd/get.rs |
@@ -32,8 +32,6 @@ pub mod client;
 pub mod cmd;
 pub mod error;
 pub mod preview;
-pub mod table;
-pub mod timefmt;
 
 use cli::{Cli, Command};
 pub use error::{Error, Result};

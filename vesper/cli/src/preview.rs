@@ -1,8 +1,9 @@
 //! What the commands read off a preview: its phase, its Ready condition, its expiry; and the
 //! requests every command makes (get, with a clear "not found").
 
-use crate::client::Target;
-use crate::error::{Error, Result, status};
+use crate::client::{Previews, Target};
+use crate::error::{Error, Result};
+use clikit::apierror::status;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use vesper_api::{Phase, PreviewEnvironment};

@@ -10,8 +10,5 @@ use clap_complete::Shell;
 
 /// Print the script for `shell`.
 pub fn run(shell: Shell) {
-    let mut cmd = crate::cli::command();
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut cmd, "varroa", &mut script);
-    out!("{}", String::from_utf8_lossy(&script));
+    out!("{}", clikit::cli::completion_script(shell, &mut crate::cli::command(), "varroa"));
 }

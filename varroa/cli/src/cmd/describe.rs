@@ -10,8 +10,9 @@ use crate::client::Target;
 use crate::controller;
 use crate::error::Result;
 use crate::error::readable;
-use crate::table::Table;
-use crate::timefmt;
+use clikit::events::{self, Columns};
+use clikit::table::Table;
+use clikit::timefmt;
 use jiff::Timestamp;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
@@ -30,7 +31,7 @@ pub async fn run(t: &Target, name: &str) -> Result<()> {
     out.push_str("Settings (resolved; where each value came from):\n");
     out.push_str(&settings_section(resolved));
     out.push_str("Events:\n");
-    out.push_str(&events_section(events(t, &c).await, now));
+    out.push_str(&events::section(events(t, &c).await, now, usize::MAX, Columns::Plain));
     out!("{out}");
     Ok(())
 }
@@ -188,48 +189,6 @@ async fn events(t: &Target, c: &Controller) -> Result<Vec<Event>, String> {
             && r.and_then(|r| r.api_version.as_deref()).is_none_or(|v| v.starts_with(varroa_api::GROUP))
     });
     Ok(items)
-}
-
-fn event_time(e: &Event) -> Option<Timestamp> {
-    e.series
-        .as_ref()
-        .map(|s| s.last_observed_time.0)
-        .or(e.deprecated_last_timestamp.as_ref().map(|t| t.0))
-        .or(e.event_time.as_ref().map(|t| t.0))
-        .or(e.deprecated_first_timestamp.as_ref().map(|t| t.0))
-        .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
-}
-
-/// The events, oldest first, newest last.
-pub fn events_section(events: Result<Vec<Event>, String>, now: Timestamp) -> String {
-    let mut events = match events {
-        Ok(e) if e.is_empty() => return "  <none>\n".into(),
-        Ok(e) => e,
-        Err(e) => return format!("  <cannot read: {e}>\n"),
-    };
-    events.sort_by_key(event_time);
-    let mut t = Table::new(["TYPE", "REASON", "AGE", "FROM", "MESSAGE"]);
-    for e in events {
-        let age = timefmt::age_of(now, event_time(&e));
-        let count = e.series.as_ref().map(|s| s.count).or(e.deprecated_count).filter(|n| *n > 1);
-        let from = e
-            .reporting_controller
-            .clone()
-            .filter(|c| !c.is_empty())
-            .or(e.deprecated_source.as_ref().and_then(|s| s.component.clone()))
-            .unwrap_or_default();
-        t.row([
-            e.type_.clone().unwrap_or_default(),
-            e.reason.clone().unwrap_or_default(),
-            match count {
-                Some(n) => format!("{age} (x{n})"),
-                None => age,
-            },
-            from,
-            e.note.clone().unwrap_or_default().replace('\n', " "),
-        ]);
-    }
-    t.render("  ")
 }
 
 #[cfg(test)]

@@ -10,12 +10,12 @@ use crate::cli::{GetArgs, Output};
 use crate::client::Target;
 use crate::controller::{self, resource_name};
 use crate::error::{Error, Result};
-use crate::table::Table;
-use crate::timefmt;
+use clikit::output::{self, Format};
+use clikit::table::Table;
+use clikit::timefmt;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use varroa_api::{Controller, ControllerClass, ProvisioningDefaults};
 
@@ -41,7 +41,7 @@ async fn list(t: &Target, all_namespaces: bool) -> Result<Vec<Controller>> {
     let where_ = if all_namespaces { "every namespace".to_string() } else { format!("namespace {}", t.namespace) };
     let mut items = match api.list(&ListParams::default()).await {
         Ok(l) => l.items,
-        Err(e) if crate::error::code(&e) == Some(404) => return Err(controller::crd_missing(t)),
+        Err(e) if clikit::apierror::code(&e) == Some(404) => return Err(controller::crd_missing(t)),
         Err(e) => return Err(Error::kube(format!("listing controllers in {where_}"))(e)),
     };
     items.sort_by_key(|c| (c.namespace(), c.name_any()));
@@ -86,28 +86,13 @@ pub fn render(
         None => Ok(table(items, cells, false, all_namespaces, now).render("")),
         Some(Output::Wide) => Ok(table(items, cells, true, all_namespaces, now).render("")),
         Some(Output::Name) => Ok(items.iter().map(|c| format!("{}\n", resource_name(&c.name_any()))).collect()),
-        Some(Output::Json) => serde_json::to_string_pretty(&document(items, single)?)
-            .map(|s| s + "\n")
-            .map_err(|e| Error::Failed(format!("printing JSON: {e}"))),
-        Some(Output::Yaml) => {
-            serde_saphyr::to_string(&document(items, single)?).map_err(|e| Error::Failed(format!("printing YAML: {e}")))
-        }
+        Some(Output::Json) => print(items, single, Format::Json),
+        Some(Output::Yaml) => print(items, single, Format::Yaml),
     }
 }
 
-fn document(items: &[Controller], single: bool) -> Result<Value> {
-    let mut objects = Vec::with_capacity(items.len());
-    for c in items {
-        let mut v = serde_json::to_value(c).map_err(|e| Error::Failed(format!("serializing controller: {e}")))?;
-        if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
-        }
-        objects.push(v);
-    }
-    if single && objects.len() == 1 {
-        return Ok(objects.remove(0));
-    }
-    Ok(json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": objects}))
+fn print(items: &[Controller], single: bool, format: Format) -> Result<String> {
+    output::print(items, single, "controller", format).map_err(|e| Error::Failed(e.to_string()))
 }
 
 fn table(items: &[Controller], cells: &[Option<i32>], wide: bool, all_namespaces: bool, now: Timestamp) -> Table {
@@ -153,6 +138,7 @@ fn table(items: &[Controller], cells: &[Option<i32>], wide: bool, all_namespaces
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
     fn ctrl(v: Value) -> Controller {
         serde_json::from_value(v).unwrap()

@@ -8,10 +8,10 @@
 //! with code 3 and says what was seen last.
 
 use crate::cli::PowerArgs;
-use crate::client::Target;
+use crate::client::{Controllers, Target};
 use crate::controller::{self, MANAGER, request_error};
 use crate::error::{Error, Result};
-use crate::timefmt;
+use clikit::timefmt;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -114,7 +114,7 @@ fn fatal(t: &Target, name: &str, e: &watcher::Error) -> Option<Error> {
         }
         _ => return None,
     };
-    let s = crate::error::status(inner)?;
+    let s = clikit::apierror::status(inner)?;
     match s.code {
         404 => Some(controller::crd_missing(t)),
         401 | 403 => Some(request_error(t, name, "watching", kube::Error::Api(Box::new(s.clone())))),

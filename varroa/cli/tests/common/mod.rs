@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub use clikit::testing::{Run, run_command};
 use devcluster::DevCluster;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -18,33 +19,6 @@ pub fn bin() -> PathBuf {
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
-}
-
-/// What a run of a program gave.
-#[derive(Debug)]
-pub struct Run {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    /// Assert the exit code, showing everything when it differs.
-    #[track_caller]
-    pub fn expect(self, code: i32) -> Run {
-        assert_eq!(self.code, code, "exit code\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
-        self
-    }
-}
-
-/// Run a command off the async workers.
-pub async fn run_command(mut cmd: Command) -> Run {
-    let out = tokio::task::spawn_blocking(move || cmd.output()).await.expect("join").expect("run the program");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
 }
 
 /// Whitespace squeezed to single spaces, for matching table lines whatever the column widths.

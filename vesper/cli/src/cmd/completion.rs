@@ -9,9 +9,6 @@
 use clap_complete::Shell;
 
 pub fn run(shell: Shell, plugin: bool) {
-    let mut cmd = crate::cli::command(plugin);
     let bin = if plugin { crate::cli::PLUGIN_NAME } else { "vesperctl" };
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut cmd, bin, &mut script);
-    out!("{}", String::from_utf8_lossy(&script));
+    out!("{}", clikit::cli::completion_script(shell, &mut crate::cli::command(plugin), bin));
 }

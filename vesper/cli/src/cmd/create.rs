@@ -11,10 +11,11 @@
 //! someone changed them by hand since.
 
 use crate::cli::SpecArgs;
-use crate::client::Target;
+use crate::client::{Previews, Target};
 use crate::cmd::wait;
-use crate::error::{Error, Result, code};
+use crate::error::{Error, Result};
 use crate::preview::{self, MANAGER, resource_name};
+use clikit::apierror::code;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Map, Value, json};

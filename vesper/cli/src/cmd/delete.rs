@@ -3,7 +3,7 @@
 //! deleted; `--wait` returns once it is gone.
 
 use crate::cli::DeleteArgs;
-use crate::client::Target;
+use crate::client::{Previews, Target};
 use crate::cmd::wait;
 use crate::error::Result;
 use crate::preview::{self, resource_name};

@@ -8,8 +8,9 @@
 use crate::client::Target;
 use crate::error::{Result, readable};
 use crate::preview;
-use crate::table::Table;
-use crate::timefmt;
+use clikit::events::{self, Columns};
+use clikit::table::Table;
+use clikit::timefmt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, LimitRange, Namespace, Pod, ResourceQuota, Service};
@@ -31,7 +32,7 @@ pub async fn run(t: &Target, name: &str) -> Result<()> {
     conditions(&mut out, &pe, now);
     let events = preview_events(t, &pe).await;
     out.push_str("Events:\n");
-    out.push_str(&events_section(events, now, usize::MAX));
+    out.push_str(&events::section(events, now, usize::MAX, Columns::WithObject));
     match pe.status.as_ref().and_then(|s| s.namespace.clone()) {
         Some(ns) => objects(&mut out, t, &pe, &ns, now).await,
         None => out.push_str("Objects: none yet (the operator has not set the preview up)\n"),
@@ -117,56 +118,6 @@ async fn preview_events(t: &Target, pe: &PreviewEnvironment) -> Result<Vec<Event
     Ok(items)
 }
 
-fn event_time(e: &Event) -> Option<Timestamp> {
-    e.series
-        .as_ref()
-        .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0))
-        .or(e.last_timestamp.as_ref().map(|t| t.0))
-        .or(e.event_time.as_ref().map(|t| t.0))
-        .or(e.first_timestamp.as_ref().map(|t| t.0))
-        .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
-}
-
-fn events_section(events: Result<Vec<Event>, String>, now: Timestamp, last: usize) -> String {
-    let mut events = match events {
-        Ok(e) => e,
-        Err(e) => return format!("  <cannot read: {e}>\n"),
-    };
-    if events.is_empty() {
-        return "  <none>\n".into();
-    }
-    events.sort_by_key(event_time);
-    let skip = events.len().saturating_sub(last);
-    let mut t = Table::new(["TYPE", "REASON", "AGE", "FROM", "OBJECT", "MESSAGE"]);
-    for e in events.into_iter().skip(skip) {
-        let count = e.series.as_ref().and_then(|s| s.count).or(e.count).filter(|c| *c > 1);
-        let age = timefmt::age_of(now, event_time(&e));
-        let from = e
-            .reporting_component
-            .clone()
-            .filter(|c| !c.is_empty())
-            .or(e.source.as_ref().and_then(|s| s.component.clone()))
-            .unwrap_or_default();
-        let object = format!(
-            "{}/{}",
-            e.involved_object.kind.clone().unwrap_or_default(),
-            e.involved_object.name.clone().unwrap_or_default()
-        );
-        t.row([
-            e.type_.clone().unwrap_or_default(),
-            e.reason.clone().unwrap_or_default(),
-            match count {
-                Some(n) => format!("{age} (x{n})"),
-                None => age,
-            },
-            from,
-            object,
-            e.message.clone().unwrap_or_default().replace('\n', " "),
-        ]);
-    }
-    t.render("  ")
-}
-
 async fn list<K>(t: &Target, ns: &str, selector: &str) -> Result<Vec<K>, String>
 where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
@@ -223,10 +174,10 @@ async fn objects(out: &mut String, t: &Target, pe: &PreviewEnvironment, ns: &str
         out.push_str(&c);
         out.push('\n');
     }
-    let events: Api<Event> = Api::namespaced(t.client.clone(), ns);
-    let list = events.list(&ListParams::default()).await.map(|l| l.items).map_err(|e| readable(&e));
+    let api: Api<Event> = Api::namespaced(t.client.clone(), ns);
+    let list = api.list(&ListParams::default()).await.map(|l| l.items).map_err(|e| readable(&e));
     let _ = writeln!(out, "Events in namespace {ns}:");
-    out.push_str(&events_section(list, now, NAMESPACE_EVENTS));
+    out.push_str(&events::section(list, now, NAMESPACE_EVENTS, Columns::WithObject));
 }
 
 pub fn deployment_state(d: &Deployment) -> String {

@@ -5,10 +5,11 @@
 //! retried when the preview changed in between.
 
 use crate::cli::ExtendArgs;
-use crate::client::Target;
-use crate::error::{Error, Result, code};
+use crate::client::{Previews, Target};
+use crate::error::{Error, Result};
 use crate::preview::{self, MANAGER, resource_name};
-use crate::timefmt;
+use clikit::apierror::code;
+use clikit::timefmt;
 use jiff::{SignedDuration, Timestamp};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;

@@ -7,12 +7,12 @@ use crate::cli::{GetArgs, ListArgs, Output};
 use crate::client::Target;
 use crate::error::{Error, Result};
 use crate::preview::{self, resource_name};
-use crate::table::Table;
-use crate::timefmt;
+use clikit::output::{self, Format};
+use clikit::table::Table;
+use clikit::timefmt;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use serde_json::{Value, json};
 use vesper_api::PreviewEnvironment;
 
 pub async fn get(t: &Target, args: GetArgs) -> Result<()> {
@@ -39,7 +39,7 @@ pub async fn list(t: &Target, args: ListArgs) -> Result<()> {
     let where_ = if args.all_namespaces { "any namespace".to_string() } else { format!("namespace {}", t.namespace) };
     let mut items = match api.list(&lp).await {
         Ok(l) => l.items,
-        Err(e) if crate::error::code(&e) == Some(404) => return Err(preview::crd_missing(t)),
+        Err(e) if clikit::apierror::code(&e) == Some(404) => return Err(preview::crd_missing(t)),
         Err(e) => return Err(Error::kube(format!("listing previews in {where_}"))(e)),
     };
     items.sort_by_key(|pe| (pe.namespace(), pe.name_any()));
@@ -64,30 +64,13 @@ pub fn render(
         None => Ok(table(items, false, all_namespaces, now).render("")),
         Some(Output::Wide) => Ok(table(items, true, all_namespaces, now).render("")),
         Some(Output::Name) => Ok(items.iter().map(|pe| format!("{}\n", resource_name(&pe.name_any()))).collect()),
-        Some(Output::Json) => {
-            let v = document(items, single)?;
-            serde_json::to_string_pretty(&v).map(|s| s + "\n").map_err(|e| Error::Failed(format!("printing JSON: {e}")))
-        }
-        Some(Output::Yaml) => {
-            let v = document(items, single)?;
-            serde_saphyr::to_string(&v).map_err(|e| Error::Failed(format!("printing YAML: {e}")))
-        }
+        Some(Output::Json) => print(items, single, Format::Json),
+        Some(Output::Yaml) => print(items, single, Format::Yaml),
     }
 }
 
-fn document(items: &[PreviewEnvironment], single: bool) -> Result<Value> {
-    let mut objects = Vec::with_capacity(items.len());
-    for pe in items {
-        let mut v = serde_json::to_value(pe).map_err(|e| Error::Failed(format!("serializing preview: {e}")))?;
-        if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
-        }
-        objects.push(v);
-    }
-    if single && objects.len() == 1 {
-        return Ok(objects.remove(0));
-    }
-    Ok(json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": objects}))
+fn print(items: &[PreviewEnvironment], single: bool, format: Format) -> Result<String> {
+    output::print(items, single, "preview", format).map_err(|e| Error::Failed(e.to_string()))
 }
 
 /// "in 23h12m" as a column: `23h12m`, `expired`, `deleting`, `<unknown>`.
@@ -137,6 +120,7 @@ fn table(items: &[PreviewEnvironment], wide: bool, all_namespaces: bool, now: Ti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
     fn pe(v: Value) -> PreviewEnvironment {
         serde_json::from_value(v).unwrap()

@@ -6,10 +6,10 @@
 //! the wait (exit 1) once it has held for [`FAILED_GRACE`]; Expired or a deletion end it at once.
 
 use crate::cli::{WaitArgs, WaitFor};
-use crate::client::Target;
+use crate::client::{Previews, Target};
 use crate::error::{Error, Result};
 use crate::preview::{self, resource_name};
-use crate::timefmt;
+use clikit::timefmt;
 use futures::StreamExt;
 use kube::runtime::watcher;
 use std::io::IsTerminal;
@@ -124,13 +124,13 @@ fn fatal(t: &Target, name: &str, e: watcher::Error) -> Option<Error> {
         }
         _ => return None,
     };
-    match crate::error::code(inner) {
+    match clikit::apierror::code(inner) {
         Some(404) => Some(preview::crd_missing(t)),
         Some(401 | 403) => Some(preview::request_error(
             t,
             name,
             "watching",
-            kube::Error::Api(Box::new(crate::error::status(inner)?.clone())),
+            kube::Error::Api(Box::new(clikit::apierror::status(inner)?.clone())),
         )),
         _ => None,
     }

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub use clikit::testing::{Run, run_command};
 use devcluster::DevCluster;
 use devcluster::faults::FaultRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -19,33 +20,6 @@ pub const DOMAIN: &str = "preview.example.test";
 
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vesperctl"))
-}
-
-/// What a run of the binary gave.
-#[derive(Debug)]
-pub struct Run {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    /// Assert the exit code, showing everything when it differs.
-    #[track_caller]
-    pub fn expect(self, code: i32) -> Run {
-        assert_eq!(self.code, code, "exit code\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
-        self
-    }
-}
-
-/// Run a command (blocking, off the async workers so the operator keeps running).
-pub async fn run_command(mut cmd: Command) -> Run {
-    let out = tokio::task::spawn_blocking(move || cmd.output()).await.expect("join").expect("run the binary");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
 }
 
 pub struct Harness {

@@ -1,19 +1,23 @@
 //! Columns aligned as kubectl aligns them (three spaces between columns, no trailing spaces).
 
+/// Rows of cells, the first row the header.
 #[derive(Debug, Default)]
 pub struct Table {
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
+    /// A table with these column headers.
     pub fn new<S: Into<String>>(headers: impl IntoIterator<Item = S>) -> Table {
         Table { rows: vec![headers.into_iter().map(Into::into).collect()] }
     }
 
+    /// Add a row.
     pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
         self.rows.push(cells.into_iter().map(Into::into).collect());
     }
 
+    /// The table as text, each line starting with `indent`.
     pub fn render(&self, indent: &str) -> String {
         let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
         let widths: Vec<usize> = (0..columns)
@@ -45,5 +49,20 @@ mod tests {
         t.row(["pr-1", "Ready", "https://a"]);
         t.row(["pr-10000", "Pending", ""]);
         assert_eq!(t.render(""), "NAME       PHASE     URL\npr-1       Ready     https://a\npr-10000   Pending\n");
+    }
+
+    #[test]
+    fn aligns_columns_and_keeps_empty_cells() {
+        let mut t = Table::new(["NAME", "ATTENTION", "AGE"]);
+        t.row(["a", "", "5s"]);
+        t.row(["bb", "Boot failed", "10m"]);
+        assert_eq!(t.render(""), "NAME   ATTENTION     AGE\na                    5s\nbb     Boot failed   10m\n");
+    }
+
+    #[test]
+    fn indents_every_line() {
+        let mut t = Table::new(["TYPE", "REASON"]);
+        t.row(["Normal", "Started"]);
+        assert_eq!(t.render("  "), "  TYPE     REASON\n  Normal   Started\n");
     }
 }
