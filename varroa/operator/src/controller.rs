@@ -59,6 +59,10 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// Failed controllers and when their dwell ends.
     dwell: Mutex<HashMap<String, (Instant, Option<i64>)>>,
+    /// The last status written per controller (by uid), with the resourceVersion it was written
+    /// over: a pass that runs on a cached object older than that write (the watch has not
+    /// delivered it yet) does not write the same status again.
+    written: Mutex<HashMap<String, (String, ControllerStatus)>>,
 }
 
 impl Context {
@@ -88,6 +92,7 @@ impl Context {
             world_ready,
             failures: Mutex::new(HashMap::new()),
             dwell: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         }
     }
 
@@ -109,6 +114,20 @@ impl Context {
         if c.status.as_ref() == Some(status) {
             return Ok(());
         }
+        let uid = c.uid().unwrap_or_default();
+        let rv = c.resource_version().unwrap_or_default();
+        let same_but_stamp = |a: &ControllerStatus, b: &ControllerStatus| {
+            ControllerStatus { last_reconciled_at: None, ..a.clone() }
+                == ControllerStatus { last_reconciled_at: None, ..b.clone() }
+        };
+        if let Ok(w) = self.written.lock()
+            && let Some((over, last)) = w.get(&uid)
+            && *over == rv
+            && same_but_stamp(last, status)
+        {
+            // This object predates our last write of this very status: nothing to do.
+            return Ok(());
+        }
         let api: Api<Controller> = Api::namespaced(self.client.clone(), &c.namespace().unwrap_or_default());
         let body = serde_json::json!({
             "apiVersion": "varroa.dev/v1alpha1",
@@ -119,6 +138,9 @@ impl Context {
             .await
             .map_err(|e| Error::kube(format!("writing the status of {}", key_of(c)), e))?;
         self.metrics.writes.record("ControllerStatus", opkit::apply::Outcome::Updated);
+        if let Ok(mut w) = self.written.lock() {
+            w.insert(uid, (rv, status.clone()));
+        }
         Ok(())
     }
 

@@ -118,22 +118,17 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The RBAC objects in force.
 pub struct PolicySnapshot {
-    cluster_roles: Vec<Value>,
-    cluster_role_bindings: Vec<Value>,
-    roles: Vec<Value>,
-    role_bindings: Vec<Value>,
+    cluster_roles: Vec<std::sync::Arc<Value>>,
+    cluster_role_bindings: Vec<std::sync::Arc<Value>>,
+    roles: Vec<std::sync::Arc<Value>>,
+    role_bindings: Vec<std::sync::Arc<Value>>,
 }
 
 impl PolicySnapshot {
     pub fn read(cl: &Cluster) -> Self {
-        let list = |r: &str| -> Vec<Value> {
-            cl.store
-                .list(&GroupResource::new("rbac.authorization.k8s.io", r), None)
-                .0
-                .iter()
-                .map(|o| (**o).clone())
-                .collect()
-        };
+        // The stored objects are shared, not copied: every request of a non-admin user reads
+        // the whole policy.
+        let list = |r: &str| cl.store.list(&GroupResource::new("rbac.authorization.k8s.io", r), None).0;
         PolicySnapshot {
             cluster_roles: list("clusterroles"),
             cluster_role_bindings: list("clusterrolebindings"),

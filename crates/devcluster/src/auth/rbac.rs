@@ -33,6 +33,7 @@
 use crate::field::go_quote;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The group kube-apiserver's privileged-group authorizer allows unconditionally.
 pub const SYSTEM_MASTERS: &str = "system:masters";
@@ -90,12 +91,12 @@ pub struct Attributes {
 
 /// The RBAC objects in force (JSON of rbac.authorization.k8s.io/v1 objects as stored).
 pub struct Policy<'a> {
-    pub cluster_roles: &'a [Value],
-    pub cluster_role_bindings: &'a [Value],
+    pub cluster_roles: &'a [Arc<Value>],
+    pub cluster_role_bindings: &'a [Arc<Value>],
     /// Roles of all namespaces.
-    pub roles: &'a [Value],
+    pub roles: &'a [Arc<Value>],
     /// RoleBindings of all namespaces.
-    pub role_bindings: &'a [Value],
+    pub role_bindings: &'a [Arc<Value>],
 }
 
 /// `authorizer.Decision` with the reason string the authorizer returns.
@@ -1130,12 +1131,12 @@ mod tests {
         json!({"verbs": split(verbs), "apiGroups": split(groups), "resources": split(resources), "nonResourceURLs": split(urls)})
     }
 
-    fn new_role(name: &str, ns: &str, rules: Vec<Value>) -> Value {
-        json!({"kind": "Role", "metadata": {"name": name, "namespace": ns}, "rules": rules})
+    fn new_role(name: &str, ns: &str, rules: Vec<Value>) -> Arc<Value> {
+        Arc::new(json!({"kind": "Role", "metadata": {"name": name, "namespace": ns}, "rules": rules}))
     }
 
-    fn new_cluster_role(name: &str, rules: Vec<Value>) -> Value {
-        json!({"kind": "ClusterRole", "metadata": {"name": name}, "rules": rules})
+    fn new_cluster_role(name: &str, rules: Vec<Value>) -> Arc<Value> {
+        Arc::new(json!({"kind": "ClusterRole", "metadata": {"name": name}, "rules": rules}))
     }
 
     fn subjects(list: &[&str]) -> Vec<Value> {
@@ -1148,22 +1149,22 @@ mod tests {
             .collect()
     }
 
-    fn new_crb(name: &str, role: &str, subj: &[&str]) -> Value {
-        json!({"kind": "ClusterRoleBinding", "metadata": {"name": name},
-            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role}, "subjects": subjects(subj)})
+    fn new_crb(name: &str, role: &str, subj: &[&str]) -> Arc<Value> {
+        Arc::new(json!({"kind": "ClusterRoleBinding", "metadata": {"name": name},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role}, "subjects": subjects(subj)}))
     }
 
-    fn new_rb(name: &str, ns: &str, role_kind: &str, role: &str, subj: &[&str]) -> Value {
-        json!({"kind": "RoleBinding", "metadata": {"name": name, "namespace": ns},
-            "roleRef": {"apiGroup": RBAC_GROUP, "kind": role_kind, "name": role}, "subjects": subjects(subj)})
+    fn new_rb(name: &str, ns: &str, role_kind: &str, role: &str, subj: &[&str]) -> Arc<Value> {
+        Arc::new(json!({"kind": "RoleBinding", "metadata": {"name": name, "namespace": ns},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": role_kind, "name": role}, "subjects": subjects(subj)}))
     }
 
     #[derive(Default)]
     struct Objects {
-        roles: Vec<Value>,
-        role_bindings: Vec<Value>,
-        cluster_roles: Vec<Value>,
-        cluster_role_bindings: Vec<Value>,
+        roles: Vec<Arc<Value>>,
+        role_bindings: Vec<Arc<Value>>,
+        cluster_roles: Vec<Arc<Value>>,
+        cluster_role_bindings: Vec<Arc<Value>>,
     }
 
     impl Objects {
@@ -1500,12 +1501,12 @@ mod tests {
                 "team-a",
                 vec![json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]})],
             )],
-            role_bindings: vec![json!({
+            role_bindings: vec![Arc::new(json!({
                 "kind": "RoleBinding",
                 "metadata": {"name": "robot-reads", "namespace": "team-a"},
                 "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": "configmap-reader"},
                 "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "team-a"}],
-            })],
+            }))],
             ..Default::default()
         }
     }
@@ -1612,7 +1613,7 @@ mod tests {
     #[test]
     fn service_account_subject_namespace_defaults_to_the_binding() {
         let mut o = team_a();
-        if let Some(s) = o.role_bindings.first_mut().and_then(|rb| rb.pointer_mut("/subjects/0")) {
+        if let Some(s) = o.role_bindings.first_mut().and_then(|rb| Arc::make_mut(rb).pointer_mut("/subjects/0")) {
             *s = json!({"kind": "ServiceAccount", "name": "robot"});
         }
         let p = o.policy();
@@ -1628,10 +1629,10 @@ mod tests {
         // In a ClusterRoleBinding a namespace-less ServiceAccount subject matches nobody.
         let o2 = Objects {
             cluster_roles: vec![new_cluster_role("all", vec![new_rule("*", "*", "*", "*")])],
-            cluster_role_bindings: vec![
+            cluster_role_bindings: vec![Arc::new(
                 json!({"metadata": {"name": "b"}, "roleRef": {"kind": "ClusterRole", "name": "all"},
                 "subjects": [{"kind": "ServiceAccount", "name": "robot"}]}),
-            ],
+            )],
             ..Default::default()
         };
         assert!(!authorize(&robot_attrs("get", "team-a", "x"), &o2.policy()).is_allowed());
@@ -1698,8 +1699,10 @@ mod tests {
         );
         // An unsupported roleRef kind.
         let o2 = Objects {
-            cluster_role_bindings: vec![json!({"metadata": {"name": "x"}, "roleRef": {"kind": "Thing", "name": "t"},
-                "subjects": [{"kind": "User", "name": "jane"}]})],
+            cluster_role_bindings: vec![Arc::new(
+                json!({"metadata": {"name": "x"}, "roleRef": {"kind": "Thing", "name": "t"},
+                "subjects": [{"kind": "User", "name": "jane"}]}),
+            )],
             ..Default::default()
         };
         assert_eq!(authorize(&a, &o2.policy()).reason(), r#"RBAC: unsupported role reference kind: "Thing""#);
@@ -1730,8 +1733,9 @@ mod tests {
     #[test]
     fn rules_for_a_service_account() {
         let mut o = team_a();
-        o.cluster_roles.extend(bootstrap_policy().into_iter().filter(|v| v["kind"] == "ClusterRole"));
-        o.cluster_role_bindings.extend(bootstrap_policy().into_iter().filter(|v| v["kind"] == "ClusterRoleBinding"));
+        o.cluster_roles.extend(bootstrap_policy().into_iter().filter(|v| v["kind"] == "ClusterRole").map(Arc::new));
+        o.cluster_role_bindings
+            .extend(bootstrap_policy().into_iter().filter(|v| v["kind"] == "ClusterRoleBinding").map(Arc::new));
         let (res_rules, non_res) = rules_for(&robot(), "team-a", &o.policy());
         assert_eq!(
             res_rules,
@@ -1788,8 +1792,13 @@ mod tests {
     fn bootstrap_objects() -> Objects {
         let all = bootstrap_policy();
         Objects {
-            cluster_roles: all.iter().filter(|v| v["kind"] == "ClusterRole").cloned().collect(),
-            cluster_role_bindings: all.iter().filter(|v| v["kind"] == "ClusterRoleBinding").cloned().collect(),
+            cluster_roles: all.iter().filter(|v| v["kind"] == "ClusterRole").cloned().map(Arc::new).collect(),
+            cluster_role_bindings: all
+                .iter()
+                .filter(|v| v["kind"] == "ClusterRoleBinding")
+                .cloned()
+                .map(Arc::new)
+                .collect(),
             ..Default::default()
         }
     }
@@ -2160,6 +2169,7 @@ mod tests {
         #[test]
         fn authorize_never_panics(objs in prop::collection::vec(arb_json(), 0..6), verb in "[a-z*]{0,5}", ns in "[a-z]{0,3}",
                                   resource in "[a-z*/]{0,6}", sub in "[a-z*]{0,3}", name in "[a-z]{0,3}", rr in any::<bool>()) {
+            let objs: Vec<Arc<Value>> = objs.into_iter().map(Arc::new).collect();
             let p = Policy { cluster_roles: &objs, cluster_role_bindings: &objs, roles: &objs, role_bindings: &objs };
             let a = Attributes { user: user("u", "g"), verb, namespace: ns.clone(), resource, subresource: sub, name,
                 resource_request: rr, path: "/x".into(), ..Default::default() };
