@@ -343,6 +343,7 @@ async fn resource(
             is_apply: false,
             trusted: false,
             create_denied: None,
+            user: Some(user.clone()),
         })
     };
     // An update or patch may create the object (PUT where the kind allows it, an apply): that
@@ -462,7 +463,7 @@ async fn resource(
         (Method::DELETE, Some(name)) => {
             need_ns()?;
             let bytes = read_body(body).await?;
-            let opts = delete_opts(&q, headers, &bytes)?;
+            let opts = DeleteOpts { user: Some(user.clone()), ..delete_opts(&q, headers, &bytes)? };
             let d = ops::delete(&cl, &def, &ns_str, &name, &opts)?;
             let (code, v) = if !d.finished {
                 (202, d.object)
@@ -472,11 +473,11 @@ async fn resource(
                 let (group, kind) = (def.group.clone(), def.plural.clone());
                 (200, crate::errors::success_status(&name, &group, &kind, crate::meta::uid(&d.object)))
             };
-            Ok(json_response(code, &v, Output::Json, &[]))
+            Ok(json_response(code, &v, Output::Json, &d.warnings))
         }
         (Method::DELETE, None) => {
             let bytes = read_body(body).await?;
-            let opts = delete_opts(&q, headers, &bytes)?;
+            let opts = DeleteOpts { user: Some(user.clone()), ..delete_opts(&q, headers, &bytes)? };
             let list_opts = ListOpts::parse(&def, q.get("labelSelector"), q.get("fieldSelector"))?;
             let r = ops::delete_collection(&cl, &def, ns.as_deref(), &list_opts, &opts)?;
             Ok(json_response(200, &ops::list_object(&def, r), Output::Json, &[]))

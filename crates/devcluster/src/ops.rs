@@ -54,6 +54,8 @@ pub struct WriteOpts {
     /// For an update or patch whose caller may not `create`: the 403 to answer should the write
     /// create the object.
     pub create_denied: Option<ApiError>,
+    /// Who writes (admission policies see it); `None` for the cluster's own writes.
+    pub user: Option<crate::auth::rbac::UserInfo>,
 }
 
 impl WriteOpts {
@@ -375,6 +377,19 @@ fn normalize(
         return Err(ApiError::invalid(&def.group, &def.kind, meta::name(obj), &errs));
     }
     warnings.extend(crate::admission::validate(cl, def, obj, old, opts.subresource.as_deref(), opts.dry_run)?);
+    let attrs = crate::admission::policy::Attributes {
+        operation: if old.is_some() { "UPDATE" } else { "CREATE" },
+        def,
+        namespace: meta::namespace(obj),
+        name: meta::name(obj),
+        subresource: opts.subresource.as_deref().unwrap_or(""),
+        object: Some(obj),
+        old,
+        user: opts.user.as_ref(),
+        field_manager: &opts.field_manager,
+        dry_run: opts.dry_run,
+    };
+    warnings.extend(crate::admission::policy::admit(cl, &attrs)?);
     Ok(warnings)
 }
 
@@ -856,6 +871,8 @@ pub struct DeleteOpts {
     pub precondition_rv: Option<String>,
     pub grace_period_seconds: Option<i64>,
     pub dry_run: bool,
+    /// Who deletes (admission policies see it); `None` for the cluster's own deletes.
+    pub user: Option<crate::auth::rbac::UserInfo>,
 }
 
 impl DeleteOpts {
@@ -885,6 +902,8 @@ impl DeleteOpts {
 pub struct Deleted {
     pub object: Value,
     pub finished: bool,
+    /// For the `Warning` header (admission policies with `Warn`).
+    pub warnings: Vec<String>,
 }
 
 pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &DeleteOpts) -> ApiResult<Deleted> {
@@ -898,6 +917,7 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
             &[FieldError::not_supported("propagationPolicy", p.as_str(), &["Foreground", "Background", "Orphan"])],
         ));
     }
+    let mut warnings: Option<Vec<String>> = None;
     for _ in 0..32 {
         let Some(cur) = cl.store.get(&def.storage, ns, name) else {
             return Err(ApiError::not_found(&def.group, &def.plural, name));
@@ -928,6 +948,22 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
                 ),
             ));
         }
+        if warnings.is_none() {
+            let attrs = crate::admission::policy::Attributes {
+                operation: "DELETE",
+                def,
+                namespace: ns,
+                name,
+                subresource: "",
+                object: None,
+                old: Some(&cur),
+                user: opts.user.as_ref(),
+                field_manager: "",
+                dry_run: opts.dry_run,
+            };
+            warnings = Some(crate::admission::policy::admit(cl, &attrs)?);
+        }
+        let warnings = warnings.clone().unwrap_or_default();
         let mut finalizers = meta::finalizers(&cur);
         let policy_finalizer = match opts.propagation_policy.as_deref() {
             Some("Orphan") => Some("orphan"),
@@ -967,19 +1003,19 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
         }
         if !crate::hooks::deletion_blocked(def, &marked) {
             if opts.dry_run {
-                return Ok(Deleted { object: convert::from_storage(def, &cur), finished: true });
+                return Ok(Deleted { object: convert::from_storage(def, &cur), finished: true, warnings });
             }
             match cl.store.delete(&def.storage, ns, name, Some(cur_rv)) {
                 Ok(gone) => {
                     crate::hooks::after_delete(cl, def, &gone);
-                    return Ok(Deleted { object: convert::from_storage(def, &gone), finished: true });
+                    return Ok(Deleted { object: convert::from_storage(def, &gone), finished: true, warnings });
                 }
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(store_err(def, name, e)),
             }
         }
         if meta::is_deleting(&cur) && !changed {
-            return Ok(Deleted { object: convert::from_storage(def, &cur), finished: false });
+            return Ok(Deleted { object: convert::from_storage(def, &cur), finished: false, warnings });
         }
         // Graceful: mark it deleting; it goes when its finalizers are gone.
         let mut next = marked;
@@ -1003,12 +1039,12 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
         crate::hooks::on_deleting(def, &mut next);
         meta::canonicalize(&mut next, def.is_custom());
         if opts.dry_run {
-            return Ok(Deleted { object: convert::from_storage(def, &next), finished: false });
+            return Ok(Deleted { object: convert::from_storage(def, &next), finished: false, warnings });
         }
         match cl.store.update(&def.storage, ns, name, cur_rv, next) {
             Ok(saved) => {
                 crate::hooks::after_write(cl, def, &saved, Some(&cur));
-                return Ok(Deleted { object: convert::from_storage(def, &saved), finished: false });
+                return Ok(Deleted { object: convert::from_storage(def, &saved), finished: false, warnings });
             }
             Err(StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(store_err(def, name, e)),

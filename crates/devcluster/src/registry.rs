@@ -333,7 +333,7 @@ pub fn version_priority(v: &str) -> (u8, u64, u8, u64, std::cmp::Reverse<String>
     }
 }
 
-const BUILTIN_GROUP_ORDER: [&str; 14] = [
+const BUILTIN_GROUP_ORDER: [&str; 15] = [
     "apiregistration.k8s.io",
     "apps",
     "events.k8s.io",
@@ -346,6 +346,7 @@ const BUILTIN_GROUP_ORDER: [&str; 14] = [
     "policy",
     "rbac.authorization.k8s.io",
     "storage.k8s.io",
+    "admissionregistration.k8s.io",
     "apiextensions.k8s.io",
     "coordination.k8s.io",
 ];
@@ -525,6 +526,13 @@ const BUILTINS: &[B] = &[
     ]),
     b("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets").short(&["pdb"]).status().gen_(),
     b("storage.k8s.io", "v1", "StorageClass", "storageclasses").cluster().short(&["sc"]),
+    b("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies")
+        .cluster()
+        .status()
+        .gen_(),
+    b("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings")
+        .cluster()
+        .gen_(),
     b("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews").cluster().review(),
     b("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews").cluster().review(),
     b("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews").review(),

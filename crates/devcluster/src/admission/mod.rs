@@ -6,6 +6,7 @@
 
 pub mod limitrange;
 pub mod podsecurity;
+pub mod policy;
 pub mod quota;
 
 use crate::cluster::Cluster;

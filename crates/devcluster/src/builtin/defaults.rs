@@ -74,6 +74,16 @@ fn with_obj(v: &mut Value, key: &str, f: impl FnOnce(&mut Value)) {
     }
 }
 
+/// `MatchResources` of admission policies: `Equivalent`, empty selectors, rules of any scope.
+fn match_resources(m: &mut Value) {
+    default_field(m, "matchPolicy", json!("Equivalent"));
+    default_field(m, "namespaceSelector", json!({}));
+    default_field(m, "objectSelector", json!({}));
+    for key in ["resourceRules", "excludeResourceRules"] {
+        for_each_item(m, key, |r| default_field(r, "scope", json!("*")));
+    }
+}
+
 /// Apply the real server's defaults for a built-in kind. Unknown kinds are left untouched.
 /// Malformed parts (wrong JSON types) are skipped, never an error: validation reports them.
 pub fn apply_defaults(group: &str, kind: &str, obj: &mut Value) {
@@ -120,6 +130,13 @@ pub fn apply_defaults(group: &str, kind: &str, obj: &mut Value) {
         ("batch", "Job") => job(obj),
         ("batch", "CronJob") => cron_job(obj),
         ("networking.k8s.io", "NetworkPolicy") => network_policy(obj),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => with_obj(obj, "spec", |s| {
+            default_field(s, "failurePolicy", json!("Fail"));
+            with_obj(s, "matchConstraints", match_resources);
+        }),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            with_obj(obj, "spec", |s| with_obj(s, "matchResources", match_resources))
+        }
         ("networking.k8s.io", "IngressClass") => {
             with_obj(obj, "spec", |s| with_obj(s, "parameters", |p| default_field(p, "scope", json!("Cluster"))))
         }

@@ -3,8 +3,8 @@
 
 use crate::schema::Defs;
 use k8s_openapi::api::{
-    apps, authentication, authorization, batch, coordination, core, discovery, events, networking, policy, rbac,
-    storage,
+    admissionregistration, apps, authentication, authorization, batch, coordination, core, discovery, events,
+    networking, policy, rbac, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
 use schemars::generate::SchemaSettings;
@@ -62,6 +62,8 @@ pub fn generate() -> (Arc<Defs>, HashMap<(String, String), String>) {
         "events.k8s.io" "Event" => events::v1::Event,
         "policy" "PodDisruptionBudget" => policy::v1::PodDisruptionBudget,
         "storage.k8s.io" "StorageClass" => storage::v1::StorageClass,
+        "admissionregistration.k8s.io" "ValidatingAdmissionPolicy" => admissionregistration::v1::ValidatingAdmissionPolicy,
+        "admissionregistration.k8s.io" "ValidatingAdmissionPolicyBinding" => admissionregistration::v1::ValidatingAdmissionPolicyBinding,
         "authorization.k8s.io" "SelfSubjectAccessReview" => authorization::v1::SelfSubjectAccessReview,
         "authorization.k8s.io" "SubjectAccessReview" => authorization::v1::SubjectAccessReview,
         "authorization.k8s.io" "LocalSubjectAccessReview" => authorization::v1::LocalSubjectAccessReview,

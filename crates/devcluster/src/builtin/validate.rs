@@ -113,6 +113,12 @@ pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Ve
             pod_template(obj.get("template").unwrap_or(&Value::Null), &Path::new("template"), &mut errs)
         }
         ("", "Service") => service(obj, old, &mut errs),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            errs.extend(crate::admission::policy::validate_policy(obj))
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            errs.extend(crate::admission::policy::validate_binding(obj))
+        }
         ("", "ConfigMap") => config_map(obj, old, &mut errs),
         ("", "Secret") => secret(obj, old, &mut errs),
         ("", "Namespace") => {
