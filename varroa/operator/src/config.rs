@@ -68,6 +68,29 @@ pub struct Config {
     /// Namespace of the leader Lease.
     #[arg(long, env = "VARROA_LEADER_ELECTION_NAMESPACE", default_value = "varroa-system")]
     pub leader_election_namespace: String,
+    /// The most bytes one Git or OCI bundle input may bring (its files, and the transfer that
+    /// brings them); a transfer that passes it is stopped. Default 64 MiB.
+    #[arg(long, env = "VARROA_FETCH_MAX_BYTES", default_value_t = varroa_sources::DEFAULT_MAX_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub fetch_max_bytes: u64,
+    /// The longest one fetch of a bundle input may take; at the limit the transfer is stopped
+    /// and its connection closed.
+    #[arg(long, env = "VARROA_FETCH_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub fetch_timeout: Duration,
+    /// Fetch bundle inputs from any host, including loopback, link-local, the metadata service,
+    /// the API server and the operator's own file system (file:// URLs). For development only.
+    #[arg(long, env = "VARROA_FETCH_ALLOW_PRIVATE_HOSTS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub fetch_allow_private_hosts: bool,
+    /// Hosts (`name`, `address`, or either with `:port`, as written in inputs) that bundle inputs
+    /// may be fetched from even though they resolve to a refused address. Comma-separated.
+    #[arg(long, env = "VARROA_FETCH_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub fetch_allowed_hosts: Vec<String>,
+    /// Addresses or CIDR ranges bundle inputs may never be fetched from, besides loopback,
+    /// link-local, metadata and unspecified ones: the Kubernetes API server's endpoints. The
+    /// address of the API server the operator talks to is added on its own. Comma-separated.
+    #[arg(long, env = "VARROA_FETCH_DENIED_ADDRESSES", value_delimiter = ',',
+          value_parser = clap::value_parser!(varroa_sources::AddressRange))]
+    pub fetch_denied_addresses: Vec<varroa_sources::AddressRange>,
 }
 
 impl Config {
@@ -81,6 +104,18 @@ impl Config {
         match self.gateway_ca_secret.split_once('/') {
             Some((ns, n)) => (ns.to_string(), n.to_string()),
             None => ("varroa-system".to_string(), self.gateway_ca_secret.clone()),
+        }
+    }
+
+    /// How bundle inputs are fetched: the limits of the `--fetch-*` flags.
+    pub fn fetch_options(&self) -> varroa_sources::FetchOptions {
+        varroa_sources::FetchOptions {
+            max_bytes: self.fetch_max_bytes,
+            timeout: self.fetch_timeout,
+            allow_private_hosts: self.fetch_allow_private_hosts,
+            allowed_hosts: self.fetch_allowed_hosts.clone(),
+            denied_addresses: self.fetch_denied_addresses.clone(),
+            ..varroa_sources::FetchOptions::default()
         }
     }
 
@@ -101,6 +136,11 @@ impl Config {
             health_addr: "127.0.0.1:0".parse().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0))),
             leader_elect: false,
             leader_election_namespace: "varroa-system".into(),
+            fetch_max_bytes: varroa_sources::DEFAULT_MAX_BYTES,
+            fetch_timeout: varroa_sources::DEFAULT_TIMEOUT,
+            fetch_allow_private_hosts: false,
+            fetch_allowed_hosts: Vec::new(),
+            fetch_denied_addresses: Vec::new(),
         }
     }
 }

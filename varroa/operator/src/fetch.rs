@@ -4,6 +4,39 @@
 use varroa_api::{BundleInput, Controller};
 use varroa_config::World;
 use varroa_config::render::FetchedInput;
+use varroa_sources::AddressRange;
+
+use crate::Config;
+
+/// The operator's fetcher: the limits of the `--fetch-*` flags (byte cap, time-out, refused
+/// hosts), no on-disk cache.
+pub fn fetcher(config: &Config) -> varroa_sources::Fetcher {
+    varroa_sources::Fetcher::new(config.fetch_options(), None)
+}
+
+/// The addresses of the API server at `host` (the host of the operator's cluster URL, or
+/// `KUBERNETES_SERVICE_HOST` in a pod), which bundle inputs may never reach: the address itself,
+/// or every address a name resolves to (none when it does not resolve).
+pub async fn api_server_addresses(host: &str) -> Vec<AddressRange> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Vec::new();
+    }
+    if let Ok(ip) = host.parse() {
+        return vec![AddressRange::single(ip)];
+    }
+    match tokio::net::lookup_host((host, 443)).await {
+        Ok(addrs) => {
+            let mut out: Vec<AddressRange> = addrs.map(|a| AddressRange::single(a.ip())).collect();
+            out.dedup();
+            out
+        }
+        Err(e) => {
+            tracing::warn!(host, error = %e, "cannot resolve the API server's name; add its addresses to --fetch-denied-addresses");
+            Vec::new()
+        }
+    }
+}
 
 /// The source a bundle input names, if it is a remote one.
 pub fn source_of(input: &BundleInput) -> Option<varroa_sources::Source> {
@@ -49,5 +82,18 @@ pub async fn fetch_inputs(fetcher: &varroa_sources::Fetcher, c: &Controller, wor
             (None, None) => Err("not fetched".to_string()),
         };
         world.fetched.insert(key, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn api_server_addresses_from_a_literal_or_a_name() {
+        assert_eq!(super::api_server_addresses("10.96.0.1").await, vec!["10.96.0.1".parse().expect("range")]);
+        assert_eq!(super::api_server_addresses("[::1]").await, vec!["::1".parse().expect("range")]);
+        assert!(
+            super::api_server_addresses("localhost").await.iter().any(|r| r.contains("127.0.0.1".parse().expect("ip")))
+        );
+        assert!(super::api_server_addresses("").await.is_empty());
     }
 }

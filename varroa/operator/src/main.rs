@@ -72,9 +72,18 @@ fn main() {
     std::process::exit(code);
 }
 
-async fn run(config: varroa_operator::Config) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
+async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
+    let kube_config = kube::Config::infer()
         .await
+        .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
+    // Bundle inputs may never reach the API server the operator talks to (nor its in-cluster
+    // Service address).
+    let mut api_hosts: Vec<String> = kube_config.cluster_url.host().map(str::to_string).into_iter().collect();
+    api_hosts.extend(std::env::var("KUBERNETES_SERVICE_HOST").ok());
+    for host in api_hosts {
+        config.fetch_denied_addresses.extend(varroa_operator::fetch::api_server_addresses(&host).await);
+    }
+    let client = kube::Client::try_from(kube_config)
         .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
     let metrics = Arc::new(varroa_operator::metrics::Metrics::new());
     let mut registry = prometheus_client::registry::Registry::default();

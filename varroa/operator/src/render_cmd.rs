@@ -59,8 +59,14 @@ pub async fn run(args: RenderArgs) -> i32 {
     }
 
     // Fetch the Git and OCI inputs the controllers need.
+    // `render` runs on the user's machine or CI, on the user's own files: local paths and
+    // private hosts (a local registry) are theirs to fetch from. The operator refuses them.
     let fetcher = varroa_sources::Fetcher::new(
-        varroa_sources::FetchOptions { insecure_registries: args.insecure_registries.clone(), ..Default::default() },
+        varroa_sources::FetchOptions {
+            insecure_registries: args.insecure_registries.clone(),
+            allow_private_hosts: true,
+            ..Default::default()
+        },
         None,
     );
     for c in &controllers {

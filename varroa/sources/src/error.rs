@@ -64,10 +64,12 @@ pub enum SourceError {
         actual: String,
     },
 
-    /// The content is larger than [`crate::FetchOptions::max_bytes`].
+    /// The content, or the transfer that brings it, is larger than
+    /// [`crate::FetchOptions::max_bytes`]. A transfer that passes the limit is stopped there.
     #[error(
         "{input}: content exceeds the limit of {limit} bytes ({detail}); make the input smaller \
-         or raise max_bytes"
+         (a directory with only the configuration, a smaller artifact), or raise the limit \
+         (max_bytes; varroa-operator --fetch-max-bytes)"
     )]
     TooLarge {
         /// The input, as displayed by [`crate::Source`].
@@ -122,6 +124,43 @@ pub enum SourceError {
         detail: String,
     },
 
+    /// The fetch did not finish within [`crate::FetchOptions::timeout`]; the transfer was stopped
+    /// and its connection closed.
+    #[error(
+        "{input}: no result within the {limit:?} limit ({detail}); the transfer was stopped: \
+         check that the server answers and the input is small, then retry, or raise the limit \
+         (timeout; varroa-operator --fetch-timeout)"
+    )]
+    TimedOut {
+        /// The input, as displayed by [`crate::Source`].
+        input: String,
+        /// The limit in force.
+        limit: std::time::Duration,
+        /// Where the fetch was when the limit passed.
+        detail: String,
+    },
+
+    /// The input's host is, or resolves to, an address a fetch may not reach: loopback,
+    /// link-local, the cloud metadata service, an unspecified address, an address listed in
+    /// [`crate::FetchOptions::denied_addresses`] (the Kubernetes API server), or the operator's own
+    /// file system (`file://` URLs and paths).
+    #[error(
+        "{input}: refusing to fetch from {host}: {reason}; point the input at a public server, \
+         or, if it is trusted, allow it: the host in allowed_hosts (varroa-operator \
+         --fetch-allowed-hosts), or every private host and local path with allow_private_hosts \
+         (varroa-operator --fetch-allow-private-hosts)"
+    )]
+    HostRefused {
+        /// The input, as displayed by [`crate::Source`].
+        input: String,
+        /// The host as written in the input; `the local file system` for `file://` URLs and
+        /// paths.
+        host: String,
+        /// Why it is refused, naming the address, e.g. `it resolves to 127.0.0.1, a loopback
+        /// address`.
+        reason: String,
+    },
+
     /// The local on-disk cache could not be used.
     #[error(
         "{input}: local cache error ({detail}); check that the cache directory exists and is \
@@ -148,6 +187,8 @@ impl SourceError {
             | SourceError::Unsupported { input, .. }
             | SourceError::Unauthorized { input, .. }
             | SourceError::Unreachable { input, .. }
+            | SourceError::TimedOut { input, .. }
+            | SourceError::HostRefused { input, .. }
             | SourceError::Cache { input, .. } => input,
         }
     }
@@ -155,6 +196,6 @@ impl SourceError {
     /// Whether retrying the same input unchanged may succeed (network, server or cache
     /// trouble), as opposed to errors that need the input or the published content fixed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, SourceError::Unreachable { .. } | SourceError::Cache { .. })
+        matches!(self, SourceError::Unreachable { .. } | SourceError::TimedOut { .. } | SourceError::Cache { .. })
     }
 }

@@ -13,8 +13,10 @@
 //! `git-upload-pack`, so the `git` program must be installed for those). [`GitSource::reference`]
 //! is a tag, a branch (tried in that order, like `git rev-parse`), a full ref name
 //! (`refs/...`), `HEAD`, or a full 40-hex commit sha. A full sha resolves to itself: when that
-//! commit was fetched before, no server is contacted at all; otherwise every branch and tag is
-//! fetched and the commit must be reachable from one of them. [`GitSource::path`] is a directory
+//! commit was fetched before, no server is contacted at all; otherwise that commit alone is asked
+//! for, and the server sends it only if a branch or tag reaches it. Fetches are shallow (depth 1:
+//! the commit and its tree, no history) and single-ref (the one ref named, or for a short name
+//! the tag and the branch of that name), so the transfer is about the size of one checkout. [`GitSource::path`] is a directory
 //! in the repository (`""`, `"."` or `"/"` is the root; `..` is refused); the artifact's files
 //! are the regular and executable files under it, with paths relative to it. Symlinks are not
 //! followed: a symlink that stays inside `path` is left out, one pointing outside `path` fails
@@ -66,6 +68,31 @@
 //! fails, the last artifact fetched successfully for that same source along with the error, so
 //! the caller keeps a working configuration and reports the failure.
 //!
+//! # Limits on tenant-chosen inputs
+//!
+//! Inputs are chosen by tenants and fetched by a process that holds a Kubernetes token, so every
+//! fetch is bounded ([`FetchOptions`], with safe defaults):
+//!
+//! - **Bytes** ([`FetchOptions::max_bytes`], 64 MiB): Git counts the pack as it is read and stops
+//!   the transfer at the limit (gix's interrupt flag, checked on every read); OCI checks the
+//!   declared layer sizes before downloading, streams each layer against its declared size and
+//!   checks the manifest's size; the files of an artifact are held to the same limit.
+//!   [`SourceError::TooLarge`] names the limit. Not counted: the Git ref advertisement, which is
+//!   bounded by the time-out only.
+//! - **Time** ([`FetchOptions::timeout`], 60 s, from the first lookup to the last byte): Git runs
+//!   in a blocking worker whose HTTP requests carry the remaining time as their own time-out and
+//!   whose pack transfer is interrupted at the deadline, so the worker really stops and closes
+//!   its connection, and the URL's lock is released with it; OCI is async, and the future
+//!   dropped at the deadline closes its connection. [`SourceError::TimedOut`] names the limit.
+//!   One case is only abandoned, not stopped: an `ssh` program stuck in its own handshake (the
+//!   operator's image ships no `ssh`); the caller is answered 10 s after the deadline anyway.
+//! - **Hosts**: loopback, link-local, the cloud metadata service, unspecified addresses,
+//!   [`FetchOptions::denied_addresses`] (the Kubernetes API server) and the local file system are
+//!   refused ([`SourceError::HostRefused`]) unless [`FetchOptions::allow_private_hosts`] or
+//!   [`FetchOptions::allowed_hosts`] allows them. Git over HTTP(S) checks the addresses it
+//!   connects to and follows no redirects; the others resolve and check just before fetching
+//!   (the DNS-rebinding limit is described in net.rs and docs/varroa/security.md).
+//!
 //! # TLS
 //!
 //! HTTPS (Git and OCI) goes through reqwest with rustls and the `ring` provider, which
@@ -75,6 +102,7 @@
 mod error;
 mod files;
 mod git;
+mod net;
 mod oci;
 
 use std::collections::{BTreeMap, HashMap};
@@ -86,6 +114,7 @@ use std::time::Duration;
 
 pub use error::SourceError;
 pub use files::files_digest;
+pub use net::AddressRange;
 
 /// One Git or OCI input of a bundle.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -163,35 +192,64 @@ impl fmt::Debug for BasicAuth {
     }
 }
 
-/// How a [`Fetcher`] fetches.
+/// How a [`Fetcher`] fetches. The defaults are safe for tenant-chosen inputs: 64 MiB, 60 s, no
+/// private hosts.
 #[derive(Debug, Clone)]
 pub struct FetchOptions {
     /// Registries (`host` or `host:port`, as written in references) spoken to over plain HTTP
-    /// rather than HTTPS.
+    /// rather than HTTPS. This does not exempt them from the host check: see `allowed_hosts`.
     pub insecure_registries: Vec<String>,
-    /// The most bytes one artifact may hold (the sum of its files; for OCI also the sum of its
-    /// layers as stored). Default 16 MiB.
+    /// The most bytes one fetch may bring: the sum of an artifact's files, the Git pack
+    /// transferred for it, and for OCI the sum of its layers as stored. A transfer that passes it
+    /// is stopped ([`SourceError::TooLarge`]). Default 64 MiB.
     pub max_bytes: u64,
     /// Basic-auth credentials by registry (`host` or `host:port`); registries not listed are
     /// accessed anonymously.
     pub oci_credentials: BTreeMap<String, BasicAuth>,
-    /// The longest one fetch may take before it fails as [`SourceError::Unreachable`].
-    /// Default 2 minutes. A Git transfer cut off this way runs to its end in the background
-    /// before the next fetch of the same URL starts.
+    /// The longest one fetch may take, from the first lookup to the last byte. When it passes,
+    /// the transfer is stopped and its connection closed ([`SourceError::TimedOut`]). Default
+    /// 60 seconds.
     pub timeout: Duration,
     /// How many artifacts (revisions) the in-memory cache keeps; the least recently used go
     /// first. Last good artifacts are kept apart from this. Default 64.
     pub cache_capacity: usize,
+    /// Fetch from any host, including loopback, link-local, metadata and `denied_addresses`, and
+    /// from `file://` URLs and paths. For tests and development only. Default false.
+    pub allow_private_hosts: bool,
+    /// Hosts (`name`, `address`, or either with `:port`, as written in inputs) fetched from even
+    /// when they resolve to a refused address. Default none.
+    pub allowed_hosts: Vec<String>,
+    /// Addresses refused besides loopback, link-local, metadata and unspecified ones: the
+    /// Kubernetes API server's (service address and endpoints). Default none.
+    pub denied_addresses: Vec<AddressRange>,
 }
 
 impl Default for FetchOptions {
     fn default() -> Self {
         FetchOptions {
             insecure_registries: Vec::new(),
-            max_bytes: 16 * 1024 * 1024,
+            max_bytes: DEFAULT_MAX_BYTES,
             oci_credentials: BTreeMap::new(),
-            timeout: Duration::from_secs(120),
+            timeout: DEFAULT_TIMEOUT,
             cache_capacity: 64,
+            allow_private_hosts: false,
+            allowed_hosts: Vec::new(),
+            denied_addresses: Vec::new(),
+        }
+    }
+}
+
+/// The default of [`FetchOptions::max_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// The default of [`FetchOptions::timeout`]: 60 seconds.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl FetchOptions {
+    fn host_policy(&self) -> net::HostPolicy {
+        net::HostPolicy {
+            allow_private: self.allow_private_hosts,
+            allowed_hosts: self.allowed_hosts.clone(),
+            denied: self.denied_addresses.clone(),
         }
     }
 }
@@ -263,6 +321,7 @@ struct State {
 
 struct Inner {
     options: FetchOptions,
+    policy: net::HostPolicy,
     cache_dir: Option<PathBuf>,
     oci: Result<oci_client::Client, String>,
     state: Mutex<State>,
@@ -329,6 +388,7 @@ impl Fetcher {
         let oci = oci::client(&options);
         Fetcher {
             inner: Arc::new(Inner {
+                policy: options.host_policy(),
                 options,
                 cache_dir,
                 oci,
@@ -350,19 +410,21 @@ impl Fetcher {
     /// digest); returns the cached artifact if that revision was fetched before, else downloads,
     /// verifies and caches it. A success also becomes the source's last good artifact.
     pub async fn fetch(&self, source: &Source) -> Result<Arc<Artifact>, SourceError> {
-        let work = async {
-            match source {
-                Source::Git(git) => git::fetch(&self.inner, git).await,
-                Source::Oci(oci) => oci::fetch(&self.inner, oci).await,
+        // Git enforces the time-out inside its worker (which stops the transfer and answers
+        // TimedOut); OCI is async, so dropping its future at the time-out closes its connection.
+        let result = match source {
+            Source::Git(git) => git::fetch(&self.inner, git).await,
+            Source::Oci(oci) => {
+                let timeout = self.inner.options.timeout;
+                match tokio::time::timeout(timeout, oci::fetch(&self.inner, oci)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(SourceError::TimedOut {
+                        input: source.to_string(),
+                        limit: timeout,
+                        detail: "the registry did not deliver the artifact in time".to_string(),
+                    }),
+                }
             }
-        };
-        let timeout = self.inner.options.timeout;
-        let result = match tokio::time::timeout(timeout, work).await {
-            Ok(result) => result,
-            Err(_) => Err(SourceError::Unreachable {
-                input: source.to_string(),
-                detail: format!("no result within the {timeout:?} time-out"),
-            }),
         };
         match &result {
             Ok(artifact) => {

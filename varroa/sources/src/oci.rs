@@ -115,6 +115,7 @@ pub(crate) async fn fetch(inner: &Arc<Inner>, source: &OciSource) -> Result<Arc<
     {
         return Err(invalid(format!("the digest \"{digest}\" is not sha256:<64 lower-case hex digits>")));
     }
+    check_registry_host(inner, &ctx, reference.resolve_registry()).await?;
     let client = inner.oci.as_ref().map_err(|e| SourceError::Unreachable {
         input: ctx.input.clone(),
         detail: format!("the OCI client could not be set up: {e}"),
@@ -154,6 +155,13 @@ pub(crate) async fn fetch(inner: &Arc<Inner>, source: &OciSource) -> Result<Arc<
     let actual = sha256_digest(&body);
     if actual != digest {
         return Err(ctx.mismatch("manifest", digest, actual));
+    }
+    if body.len() as u64 > inner.options.max_bytes {
+        return Err(SourceError::TooLarge {
+            input: ctx.input.clone(),
+            limit: inner.options.max_bytes,
+            detail: format!("the manifest alone is {} bytes", body.len()),
+        });
     }
     let manifest = parse_manifest(&ctx, &body)?;
 
@@ -229,6 +237,31 @@ pub(crate) async fn fetch(inner: &Arc<Inner>, source: &OciSource) -> Result<Arc<
             SourceError::Unreachable { input: ctx.input.clone(), detail: format!("the unpacking task stopped: {e}") }
         })??;
     Ok(inner.store(key, artifact))
+}
+
+/// Refuses a registry whose host is or resolves to a refused address (see net.rs), unless it is
+/// allowed. Checked before the first request; see net.rs for what this cannot see.
+async fn check_registry_host(inner: &Inner, ctx: &Ctx, registry: &str) -> Result<(), SourceError> {
+    let (host, port) = split_host_port(registry);
+    let insecure = inner.options.insecure_registries.iter().any(|r| r == registry);
+    let port = port.unwrap_or(if insecure { 80 } else { 443 });
+    inner.policy.check(&ctx.input, host, port).await
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port` as host and port.
+fn split_host_port(registry: &str) -> (&str, Option<u16>) {
+    if let Some(rest) = registry.strip_prefix('[')
+        && let Some((host, after)) = rest.split_once(']')
+    {
+        return (host, after.strip_prefix(':').and_then(|p| p.parse().ok()));
+    }
+    match registry.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => match port.parse() {
+            Ok(port) => (host, Some(port)),
+            Err(_) => (registry, None),
+        },
+        _ => (registry, None),
+    }
 }
 
 /// How a layer becomes files.
@@ -322,4 +355,16 @@ async fn pull_layer(
         return Err(ctx.mismatch(name, format!("{size} bytes"), format!("{} bytes", data.len())));
     }
     Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn registries_split_into_host_and_port() {
+        use super::split_host_port;
+        assert_eq!(split_host_port("ghcr.io"), ("ghcr.io", None));
+        assert_eq!(split_host_port("127.0.0.1:5000"), ("127.0.0.1", Some(5000)));
+        assert_eq!(split_host_port("[::1]:5000"), ("::1", Some(5000)));
+        assert_eq!(split_host_port("[::1]"), ("::1", None));
+    }
 }

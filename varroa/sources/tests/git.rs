@@ -8,7 +8,7 @@ use common::{Repo, files, git_source};
 use varroa_sources::{FetchOptions, Fetcher, SourceError, files_digest};
 
 fn fetcher() -> Fetcher {
-    Fetcher::new(FetchOptions::default(), None)
+    Fetcher::new(common::options(), None)
 }
 
 /// A repository with a `casc` directory, a README at the root, a lightweight tag `v1`, an
@@ -174,7 +174,7 @@ async fn an_on_disk_cache_serves_known_commits_without_the_server() {
     let (repo, sha) = casc_repo();
     let cache = tempfile::tempdir().expect("cache dir");
     let source = git_source(&repo.url(), "main", "casc");
-    let first = Fetcher::new(FetchOptions::default(), Some(cache.path().to_path_buf()));
+    let first = Fetcher::new(common::options(), Some(cache.path().to_path_buf()));
     let artifact = first.fetch(&source).await.expect("fetch");
 
     // New commits arrive incrementally in the same clone.
@@ -186,7 +186,7 @@ async fn an_on_disk_cache_serves_known_commits_without_the_server() {
 
     // A new fetcher (empty memory cache) on the same directory reads a known commit from disk.
     drop(repo);
-    let fresh = Fetcher::new(FetchOptions::default(), Some(cache.path().to_path_buf()));
+    let fresh = Fetcher::new(common::options(), Some(cache.path().to_path_buf()));
     let from_disk = fresh.fetch(&git_source(&source_url(&source), &sha, "casc")).await.expect("from the disk cache");
     assert_eq!(from_disk.files, artifact.files);
     assert_eq!(from_disk.revision, sha);
@@ -228,7 +228,7 @@ async fn content_over_the_limit_is_refused() {
     let repo = Repo::new();
     repo.write(&[("a.yaml", &"x".repeat(600)), ("b.yaml", &"y".repeat(600))]);
     repo.commit("big");
-    let fetcher = Fetcher::new(FetchOptions { max_bytes: 1000, ..FetchOptions::default() }, None);
+    let fetcher = Fetcher::new(FetchOptions { max_bytes: 1000, ..common::options() }, None);
     let error = fetcher.fetch(&git_source(&repo.url(), "main", "")).await.expect_err("too large");
     assert!(matches!(error, SourceError::TooLarge { limit: 1000, .. }), "{error:?}");
 }

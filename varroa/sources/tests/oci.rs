@@ -181,7 +181,7 @@ async fn unsafe_or_oversized_layers_are_refused() {
 
     registry.push("team/big:v1", vec![file_layer("big.yaml", &"x".repeat(2000))]).await;
     let small = Fetcher::new(
-        FetchOptions { insecure_registries: vec![registry.addr.clone()], max_bytes: 1000, ..FetchOptions::default() },
+        FetchOptions { insecure_registries: vec![registry.addr.clone()], max_bytes: 1000, ..common::options() },
         None,
     );
     let error = small.fetch(&oci_source(&format!("{}/team/big:v1", registry.addr))).await.expect_err("too large");
@@ -190,7 +190,7 @@ async fn unsafe_or_oversized_layers_are_refused() {
 
 #[tokio::test]
 async fn bad_references_and_unreachable_registries() {
-    let fetcher = Fetcher::new(FetchOptions::default(), None);
+    let fetcher = Fetcher::new(common::options(), None);
     for reference in ["", "reg.example/re po:tag", "reg.example/repo:", "reg.example/repo@sha256:abc"] {
         let error = fetcher.fetch(&oci_source(reference)).await.expect_err(reference);
         assert!(matches!(error, SourceError::InvalidReference { .. }), "{reference}: {error:?}");
@@ -198,8 +198,7 @@ async fn bad_references_and_unreachable_registries() {
     // A port where nothing listens.
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     let addr = format!("127.0.0.1:{port}");
-    let fetcher =
-        Fetcher::new(FetchOptions { insecure_registries: vec![addr.clone()], ..FetchOptions::default() }, None);
+    let fetcher = Fetcher::new(FetchOptions { insecure_registries: vec![addr.clone()], ..common::options() }, None);
     let error = fetcher.fetch(&oci_source(&format!("{addr}/team/casc:v1"))).await.expect_err("nothing listens");
     assert!(matches!(error, SourceError::Unreachable { .. }), "{error:?}");
 }

@@ -69,6 +69,12 @@ impl Repo {
     }
 }
 
+/// Fetch options for these tests: every server here listens on loopback and every repository is
+/// a local path, which the defaults refuse.
+pub fn options() -> FetchOptions {
+    FetchOptions { allow_private_hosts: true, ..FetchOptions::default() }
+}
+
 pub fn git_source(url: &str, reference: &str, path: &str) -> Source {
     Source::Git(GitSource { url: url.to_string(), reference: reference.to_string(), path: path.to_string() })
 }
@@ -176,7 +182,7 @@ impl Registry {
 
     /// A fetcher that speaks plain HTTP to this registry.
     pub fn fetcher(&self) -> Fetcher {
-        Fetcher::new(FetchOptions { insecure_registries: vec![self.addr.clone()], ..FetchOptions::default() }, None)
+        Fetcher::new(FetchOptions { insecure_registries: vec![self.addr.clone()], ..options() }, None)
     }
 
     /// Pushes layers as `repo:tag`; returns the manifest digest.
