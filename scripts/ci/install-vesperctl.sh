@@ -2,11 +2,15 @@
 # install-vesperctl.sh: make vesperctl available to a CI job (used by action.yml).
 #
 # A vesperctl already on PATH is used as it is (a self-hosted runner or a job image may carry
-# one). Otherwise the static Linux build is downloaded from the project's GitHub release and
-# checked against the release's SHA256SUMS before it is made executable.
+# one). Otherwise the static Linux build of one pinned release is downloaded from the project's
+# GitHub release and checked against the SHA-256 pinned by the caller (action.yml carries the
+# version and its checksum) before it is made executable. There is no "latest": a release that
+# changed after it was pinned is not installed.
 #
 # Settings, from the environment:
-#   VESPERCTL_VERSION     the release: 0.1.0 or v0.1.0 (default: latest)
+#   VESPERCTL_VERSION     the release, exactly: 0.1.0 or v0.1.0 (required)
+#   VESPERCTL_SHA256      the SHA-256 of that release's vesperctl-x86_64-unknown-linux-musl, 64
+#                         hex digits (required; SHA256SUMS of the release lists it)
 #   VESPERCTL_REPOSITORY  the GitHub repository that publishes the releases (owner/name)
 #   VESPERCTL_DOWNLOAD_URL  where releases are downloaded from (default https://github.com; a
 #                         mirror of GitHub's release layout works too)
@@ -41,12 +45,15 @@ esac
 repository=${VESPERCTL_REPOSITORY:?VESPERCTL_REPOSITORY (owner/name of the repository publishing vesperctl releases) is required}
 download=${VESPERCTL_DOWNLOAD_URL:-https://github.com}
 download=${download%/}
-version=${VESPERCTL_VERSION:-latest}
-if [ "$version" = latest ]; then
-  base="$download/$repository/releases/latest/download"
-else
-  base="$download/$repository/releases/download/v${version#v}"
-fi
+version=${VESPERCTL_VERSION:-}
+version=${version#v}
+[[ "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+  die "VESPERCTL_VERSION must be one release, like 0.1.0 (got '${VESPERCTL_VERSION:-}'): pinned versions only, never latest"
+sha256=${VESPERCTL_SHA256:-}
+sha256=$(printf '%s' "$sha256" | tr 'A-F' 'a-f')
+[[ "$sha256" =~ ^[0-9a-f]{64}$ ]] ||
+  die "VESPERCTL_SHA256 must be the SHA-256 of $asset $version (64 hex digits, from the release's SHA256SUMS; got '${VESPERCTL_SHA256:-}')"
+base="$download/$repository/releases/download/v$version"
 
 dir=${VESPERCTL_INSTALL_DIR:-}
 if [ -z "$dir" ]; then
@@ -56,16 +63,15 @@ mkdir -p "$dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-log "downloading $asset ($version) from $base"
+log "downloading $asset $version from $base"
 # --location: GitHub answers release downloads with a redirect to its storage.
-fetch() { curl --fail --silent --show-error --location --retry 3 --connect-timeout 10 -o "$tmp/$1" "$base/$1"; }
-fetch "$asset" || die "could not download $base/$asset (is $version a release of $repository?)"
-fetch SHA256SUMS || die "could not download $base/SHA256SUMS"
+curl --fail --silent --show-error --location --retry 3 --connect-timeout 10 -o "$tmp/$asset" "$base/$asset" ||
+  die "could not download $base/$asset (is $version a release of $repository?)"
 
-# Only the line of our file, checked with sha256sum's own format ("<hash>  <name>").
-grep -E "^[0-9a-f]{64}[ *]+$asset\$" "$tmp/SHA256SUMS" | sed 's/[ *]\{1,\}/  /' >"$tmp/expected" || true
-[ -s "$tmp/expected" ] || die "SHA256SUMS of $version does not list $asset"
-(cd "$tmp" && sha256sum --check --status expected) || die "the checksum of $asset does not match SHA256SUMS of $version: not installed"
+# The pinned checksum, in sha256sum's own format ("<hash>  <name>").
+printf '%s  %s\n' "$sha256" "$asset" >"$tmp/expected"
+(cd "$tmp" && sha256sum --check --status expected) ||
+  die "the checksum of $asset $version ($(sha256sum "$tmp/$asset" | cut -d' ' -f1)) does not match the pinned VESPERCTL_SHA256 $sha256: not installed"
 
 install -m 0755 "$tmp/$asset" "$dir/vesperctl"
 if [ -n "${GITHUB_PATH:-}" ]; then

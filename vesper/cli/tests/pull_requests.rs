@@ -1072,23 +1072,24 @@ async fn an_apply_that_creates_a_preview_needs_the_create_verb() {
 // Installing vesperctl from a release, checked against SHA256SUMS.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vesperctl_is_installed_from_the_release_only_with_the_right_checksum() {
+async fn vesperctl_is_installed_from_the_pinned_release_only_with_the_pinned_checksum() {
     let fake = Fake::start(Host::GitHub).await;
     let binary = b"#!/bin/sh\necho 'vesperctl 0.1.0'\n".to_vec();
     let asset = "vesperctl-x86_64-unknown-linux-musl";
     fake.asset(&format!("v0.1.0/{asset}"), binary.clone());
-    fake.asset("v0.1.0/SHA256SUMS", sha256sums(&[(asset, &binary), ("vesper-pr.sh", b"x")]));
+    fake.asset(&format!("v0.2.0/{asset}"), b"another build".to_vec());
     fake.asset(&format!("latest/{asset}"), binary.clone());
-    fake.asset("latest/SHA256SUMS", sha256sums(&[(asset, b"another build")]));
+    let right = sha256_hex(&binary);
     let dir = tempfile::tempdir().expect("tempdir");
     assert!(!Path::new("/usr/bin/vesperctl").exists() && !Path::new("/bin/vesperctl").exists());
-    let install = |version: &str, into: &str| {
+    let install = |version: &str, sha256: &str, into: &str| {
         let mut cmd = Command::new("bash");
         cmd.arg(repo_root().join("scripts/ci/install-vesperctl.sh"))
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("HOME", dir.path())
             .env("VESPERCTL_VERSION", version)
+            .env("VESPERCTL_SHA256", sha256)
             .env("VESPERCTL_REPOSITORY", "eventide/vesper")
             .env("VESPERCTL_DOWNLOAD_URL", fake.base())
             .env("VESPERCTL_INSTALL_DIR", dir.path().join(into))
@@ -1096,7 +1097,7 @@ async fn vesperctl_is_installed_from_the_release_only_with_the_right_checksum() 
             .env("GITHUB_PATH", dir.path().join("path"));
         run_command(cmd)
     };
-    let r = install("v0.1.0", "ok").await.expect(0);
+    let r = install("v0.1.0", &right, "ok").await.expect(0);
     assert_contains(&r.stderr, &["vesperctl 0.1.0"]);
     let installed = dir.path().join("ok/vesperctl");
     assert_eq!(std::fs::read(&installed).expect("installed"), binary);
@@ -1106,12 +1107,89 @@ async fn vesperctl_is_installed_from_the_release_only_with_the_right_checksum() 
         std::fs::read_to_string(dir.path().join("path")).expect("path"),
         format!("{}\n", dir.path().join("ok").display())
     );
+    // Upper-case hex is the same checksum.
+    install("0.1.0", &right.to_uppercase(), "upper").await.expect(0);
 
-    let r = install("latest", "bad").await.expect(1);
-    assert_contains(&r.stderr, &["does not match SHA256SUMS", "not installed"]);
+    // The release's file changed after it was pinned (or another version without its checksum):
+    // the download is refused and nothing is installed.
+    let r = install("0.2.0", &right, "bad").await.expect(1);
+    assert_contains(&r.stderr, &["does not match the pinned VESPERCTL_SHA256", &right, "not installed"]);
     assert!(!dir.path().join("bad/vesperctl").exists());
-    let r = install("9.9.9", "none").await.expect(1);
+    assert!(!dir.path().join("bad").exists() || std::fs::read_dir(dir.path().join("bad")).expect("dir").count() == 0);
+    let wrong = "0".repeat(64);
+    let r = install("0.1.0", &wrong, "bad").await.expect(1);
+    assert_contains(&r.stderr, &["does not match", "not installed"]);
+    assert!(!dir.path().join("bad/vesperctl").exists());
+
+    // No "latest", no unpinned install, no malformed checksum: refused before anything is
+    // downloaded or even the install directory made.
+    for (version, sha256, says) in [
+        ("latest", right.as_str(), "never latest"),
+        ("", right.as_str(), "VESPERCTL_VERSION must be one release"),
+        ("0.1", right.as_str(), "VESPERCTL_VERSION must be one release"),
+        ("0.1.0", "", "VESPERCTL_SHA256 must be"),
+        ("0.1.0", "abc", "VESPERCTL_SHA256 must be"),
+    ] {
+        let r = install(version, sha256, "refused").await.expect(1);
+        assert_contains(&r.stderr, &[says]);
+    }
+    assert!(!dir.path().join("refused").exists());
+
+    let r = install("9.9.9", &right, "none").await.expect(1);
     assert_contains(&r.stderr, &["could not download", "9.9.9"]);
+}
+
+/// The SHA-256 of `bytes`, in hex, as sha256sum prints it.
+fn sha256_hex(bytes: &[u8]) -> String {
+    let sums = String::from_utf8(sha256sums(&[("f", bytes)])).expect("utf-8");
+    sums.split_whitespace().next().expect("a hash").to_string()
+}
+
+#[test]
+fn the_templates_pin_one_vesperctl_release_and_its_checksum() {
+    let action = yaml("action.yml");
+    let gitlab = yaml("ci/gitlab/vesper-preview.gitlab-ci.yml");
+    // No "latest" anywhere: not as a version, not as a release URL.
+    for file in ["action.yml", "ci/gitlab/vesper-preview.gitlab-ci.yml"] {
+        assert!(!read(file).to_lowercase().contains("latest"), "{file} mentions latest");
+    }
+    let install = read("scripts/ci/install-vesperctl.sh");
+    assert!(!install.contains("releases/latest") && !install.contains(":-latest"), "install-vesperctl.sh");
+
+    let version = action["inputs"]["vesperctl-version"]["default"].as_str().expect("a pinned version");
+    let sha256 = action["inputs"]["vesperctl-sha256"]["default"].as_str().expect("a pinned checksum");
+    let is_version = |v: &str| {
+        let parts: Vec<&str> = v.split('.').collect();
+        parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let is_sha256 = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    assert!(is_version(version), "action.yml pins vesperctl-version: {version}");
+    assert!(is_sha256(sha256), "action.yml pins vesperctl-sha256: {sha256}");
+    // The install step passes both on, and nothing else picks the version.
+    let install_step = action["runs"]["steps"].as_array().expect("steps").iter().find(|s| s["id"] == "install");
+    let install_step = install_step.expect("the install step");
+    assert_eq!(install_step["env"]["VESPERCTL_VERSION"], "${{ inputs.vesperctl-version }}");
+    assert_eq!(install_step["env"]["VESPERCTL_SHA256"], "${{ inputs.vesperctl-sha256 }}");
+    assert!(!install_step["run"].as_str().expect("run").contains("VESPERCTL_VERSION="), "the version is not rewritten");
+
+    // The GitLab template pins the same release, and the checksum of the script it runs.
+    let vars = &gitlab[".vesper-preview-base"]["variables"];
+    assert_eq!(vars["VESPER_VERSION"], version, "both templates pin one release");
+    assert_eq!(vars["VESPERCTL_SHA256"], sha256, "both templates pin one checksum");
+    let script_sha = sha256_hex(&std::fs::read(script()).expect("vesper-pr.sh"));
+    assert_eq!(vars["VESPER_PR_SHA256"], script_sha.as_str(), "VESPER_PR_SHA256 is the committed vesper-pr.sh's");
+    assert!(
+        vars["VESPER_RELEASE_URL"].as_str().expect("release URL").ends_with("/releases/download/v${VESPER_VERSION}"),
+        "{vars}"
+    );
+    let before = serde_json::to_string(&gitlab[".vesper-preview-base"]["before_script"]).expect("before_script");
+    assert!(!before.contains("SHA256SUMS"), "the template checks its own pins, not the release's list");
+
+    // The docs ask for protected variables only.
+    let docs = read("docs/vesper/ci.md");
+    assert!(!docs.contains("Not \"protected\"") && !docs.to_lowercase().contains("not protected"), "docs/vesper/ci.md");
+    let header = read("ci/gitlab/vesper-preview.gitlab-ci.yml");
+    assert!(!header.to_lowercase().contains("not protected"), "the template's header");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1123,7 +1201,17 @@ fn the_action_uses_every_input_and_runs_the_script_in_both_modes() {
     let steps = serde_json::to_string(&action["runs"]["steps"]).expect("steps");
     assert_eq!(action["runs"]["using"], "composite");
     let inputs = action["inputs"].as_object().expect("inputs");
-    for name in ["image", "name", "namespace", "ttl", "timeout", "kubeconfig", "vesperctl-version", "github-token"] {
+    for name in [
+        "image",
+        "name",
+        "namespace",
+        "ttl",
+        "timeout",
+        "kubeconfig",
+        "vesperctl-version",
+        "vesperctl-sha256",
+        "github-token",
+    ] {
         assert!(inputs.contains_key(name), "input {name} is declared");
     }
     for name in inputs.keys() {
