@@ -198,7 +198,7 @@ async fn create_previews(client: &Client, range: std::ops::Range<usize>) {
 async fn create_directly(
     client: &Client,
     cfg: &Config,
-    hosts: &BTreeSet<std::net::IpAddr>,
+    hosts: &vesper_operator::hostaddresses::ClusterAddresses,
     i: usize,
 ) -> kube::Result<()> {
     let mut pe = preview(i);

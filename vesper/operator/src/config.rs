@@ -1,5 +1,9 @@
-//! The operator's settings (its flags; each also read from the environment).
+//! The operator's settings (its flags; each also read from the environment). Quantities and CIDR
+//! ranges are parsed here, by clap, so a bad value stops the binary at start-up with a message
+//! naming the flag and the value, instead of failing every preview later.
 
+use crate::cidr::CidrList;
+use k8s_quantity::Quantity;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -21,34 +25,64 @@ pub struct Config {
     #[arg(long, env = "VESPER_TLS_SECRET")]
     pub tls_secret: Option<String>,
     /// CPU request of a preview container that sets none.
-    #[arg(long, env = "VESPER_DEFAULT_CPU_REQUEST", default_value = "100m")]
-    pub default_cpu_request: String,
+    #[arg(long, env = "VESPER_DEFAULT_CPU_REQUEST", default_value = "100m", value_parser = parse_quantity)]
+    pub default_cpu_request: Quantity,
     /// Memory request of a preview container that sets none.
-    #[arg(long, env = "VESPER_DEFAULT_MEMORY_REQUEST", default_value = "128Mi")]
-    pub default_memory_request: String,
+    #[arg(long, env = "VESPER_DEFAULT_MEMORY_REQUEST", default_value = "128Mi", value_parser = parse_quantity)]
+    pub default_memory_request: Quantity,
     /// CPU limit of a preview container that sets none.
-    #[arg(long, env = "VESPER_DEFAULT_CPU_LIMIT", default_value = "500m")]
-    pub default_cpu_limit: String,
+    #[arg(long, env = "VESPER_DEFAULT_CPU_LIMIT", default_value = "500m", value_parser = parse_quantity)]
+    pub default_cpu_limit: Quantity,
     /// Memory limit of a preview container that sets none.
-    #[arg(long, env = "VESPER_DEFAULT_MEMORY_LIMIT", default_value = "512Mi")]
-    pub default_memory_limit: String,
+    #[arg(long, env = "VESPER_DEFAULT_MEMORY_LIMIT", default_value = "512Mi", value_parser = parse_quantity)]
+    pub default_memory_limit: Quantity,
     /// Largest CPU limit one preview container may have (LimitRange max).
-    #[arg(long, env = "VESPER_MAX_CPU_PER_CONTAINER", default_value = "2")]
-    pub max_cpu_per_container: String,
+    #[arg(long, env = "VESPER_MAX_CPU_PER_CONTAINER", default_value = "2", value_parser = parse_quantity)]
+    pub max_cpu_per_container: Quantity,
     /// Largest memory limit one preview container may have (LimitRange max).
-    #[arg(long, env = "VESPER_MAX_MEMORY_PER_CONTAINER", default_value = "2Gi")]
-    pub max_memory_per_container: String,
+    #[arg(long, env = "VESPER_MAX_MEMORY_PER_CONTAINER", default_value = "2Gi", value_parser = parse_quantity)]
+    pub max_memory_per_container: Quantity,
     /// Cap of a preview's CPU quota (limits.cpu), however many replicas it asks for.
-    #[arg(long, env = "VESPER_QUOTA_MAX_CPU", default_value = "6")]
-    pub quota_max_cpu: String,
+    #[arg(long, env = "VESPER_QUOTA_MAX_CPU", default_value = "6", value_parser = parse_quantity)]
+    pub quota_max_cpu: Quantity,
     /// Cap of a preview's memory quota (limits.memory).
-    #[arg(long, env = "VESPER_QUOTA_MAX_MEMORY", default_value = "12Gi")]
-    pub quota_max_memory: String,
-    /// CIDRs denied to previews besides the cluster's node and API server addresses
-    /// (comma-separated). The cloud metadata address by default; on clouds where it also serves
-    /// DNS, set this to "" and rely on other controls.
-    #[arg(long, env = "VESPER_DENY_EGRESS_CIDRS", value_delimiter = ',', default_value = "169.254.169.254/32")]
-    pub deny_egress_cidrs: Vec<String>,
+    #[arg(long, env = "VESPER_QUOTA_MAX_MEMORY", default_value = "12Gi", value_parser = parse_quantity)]
+    pub quota_max_memory: Quantity,
+    /// Ephemeral-storage request (container writable layer and logs) of a preview container
+    /// that sets none.
+    #[arg(long, env = "VESPER_DEFAULT_EPHEMERAL_STORAGE_REQUEST", default_value = "64Mi", value_parser = parse_quantity)]
+    pub default_ephemeral_storage_request: Quantity,
+    /// Ephemeral-storage limit of a preview container that sets none: past it the kubelet evicts
+    /// the pod.
+    #[arg(long, env = "VESPER_DEFAULT_EPHEMERAL_STORAGE_LIMIT", default_value = "1Gi", value_parser = parse_quantity)]
+    pub default_ephemeral_storage_limit: Quantity,
+    /// Largest ephemeral-storage limit one preview container may have (LimitRange max).
+    #[arg(long, env = "VESPER_MAX_EPHEMERAL_STORAGE_PER_CONTAINER", default_value = "2Gi", value_parser = parse_quantity)]
+    pub max_ephemeral_storage_per_container: Quantity,
+    /// Cap of a preview's ephemeral-storage quota (requests and limits.ephemeral-storage).
+    #[arg(long, env = "VESPER_QUOTA_MAX_EPHEMERAL_STORAGE", default_value = "8Gi", value_parser = parse_quantity)]
+    pub quota_max_ephemeral_storage: Quantity,
+    /// Size limit of the writable /tmp (an emptyDir) of a preview's pods: past it the kubelet
+    /// evicts the pod.
+    #[arg(long, env = "VESPER_TMP_SIZE_LIMIT", default_value = "256Mi", value_parser = parse_quantity)]
+    pub tmp_size_limit: Quantity,
+    /// The cluster's pod ranges (comma-separated CIDRs), denied to previews. Added to the ranges
+    /// discovered from `Node.spec.podCIDRs`; set it where nodes do not report them (some CNIs).
+    #[arg(long, env = "VESPER_CLUSTER_POD_CIDRS", default_value = "")]
+    pub cluster_pod_cidrs: CidrList,
+    /// The cluster's Service ranges (comma-separated CIDRs, the API server's
+    /// --service-cluster-ip-range), denied to previews.
+    #[arg(long, env = "VESPER_CLUSTER_SERVICE_CIDRS", default_value = "")]
+    pub cluster_service_cidrs: CidrList,
+    /// More CIDRs denied to previews (comma-separated), besides the built-in private, link-local
+    /// and metadata ranges and the cluster's own addresses (docs/vesper/security.md).
+    #[arg(long, env = "VESPER_DENY_EGRESS_CIDRS", default_value = "")]
+    pub deny_egress_cidrs: CidrList,
+    /// CIDRs previews may reach although a denied range covers them (comma-separated), e.g. an
+    /// internal package mirror, or 169.254.20.10/32 for NodeLocal DNSCache. The addresses of the
+    /// nodes and of the API server stay denied inside them.
+    #[arg(long, env = "VESPER_ALLOW_EGRESS_CIDRS", default_value = "")]
+    pub allow_egress_cidrs: CidrList,
     /// Seconds a rollout may make no progress before the preview is Failed (the Deployment's
     /// progressDeadlineSeconds).
     #[arg(long, env = "VESPER_PROGRESS_DEADLINE_SECONDS", default_value_t = 600)]
@@ -73,6 +107,20 @@ pub struct Config {
     pub leader_election_namespace: String,
 }
 
+/// A quantity flag: exact, as the API server parses it (`500m`, `1.5Gi`, `1e3`), not negative.
+pub fn parse_quantity(s: &str) -> Result<Quantity, String> {
+    match k8s_quantity::parse_quantity(s.trim()) {
+        Ok(q) if q.is_negative() => Err(format!("{s:?} is negative: use e.g. 500m, 2, 128Mi, 1.5Gi")),
+        Ok(q) => Ok(q),
+        Err(e) => Err(format!("{s:?} is not a Kubernetes quantity ({e}): use e.g. 500m, 2, 128Mi, 1.5Gi")),
+    }
+}
+
+/// A default of this file, known to parse.
+fn q(s: &str) -> Quantity {
+    k8s_quantity::parse_quantity(s).unwrap_or_else(|_| Quantity::zero())
+}
+
 /// `90s`, `30m`, `1h`, `1d`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -95,15 +143,23 @@ impl Default for Config {
             ingress_class: None,
             ingress_namespace: "ingress-nginx".into(),
             tls_secret: None,
-            default_cpu_request: "100m".into(),
-            default_memory_request: "128Mi".into(),
-            default_cpu_limit: "500m".into(),
-            default_memory_limit: "512Mi".into(),
-            max_cpu_per_container: "2".into(),
-            max_memory_per_container: "2Gi".into(),
-            quota_max_cpu: "6".into(),
-            quota_max_memory: "12Gi".into(),
-            deny_egress_cidrs: vec!["169.254.169.254/32".into()],
+            default_cpu_request: q("100m"),
+            default_memory_request: q("128Mi"),
+            default_cpu_limit: q("500m"),
+            default_memory_limit: q("512Mi"),
+            max_cpu_per_container: q("2"),
+            max_memory_per_container: q("2Gi"),
+            quota_max_cpu: q("6"),
+            quota_max_memory: q("12Gi"),
+            default_ephemeral_storage_request: q("64Mi"),
+            default_ephemeral_storage_limit: q("1Gi"),
+            max_ephemeral_storage_per_container: q("2Gi"),
+            quota_max_ephemeral_storage: q("8Gi"),
+            tmp_size_limit: q("256Mi"),
+            cluster_pod_cidrs: CidrList::default(),
+            cluster_service_cidrs: CidrList::default(),
+            deny_egress_cidrs: CidrList::default(),
+            allow_egress_cidrs: CidrList::default(),
             progress_deadline_seconds: 600,
             expiry_warning: Duration::from_secs(3600),
             read_only_root_filesystem: true,
@@ -111,6 +167,55 @@ impl Default for Config {
             health_addr: SocketAddr::from(([0, 0, 0, 0], 8081)),
             leader_elect: false,
             leader_election_namespace: "vesper-system".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Flags {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        Flags::try_parse_from(std::iter::once("vesper-operator").chain(args.iter().copied()))
+            .map(|f| f.config)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_flag_defaults_are_the_default_config() {
+        let cfg = parse(&[]).expect("the defaults parse");
+        assert_eq!(format!("{cfg:?}"), format!("{:?}", Config::default()));
+    }
+
+    #[test]
+    fn quantities_are_exact_and_bad_ones_name_the_flag() {
+        let cfg =
+            parse(&["--quota-max-cpu=1e3", "--quota-max-memory=2Pi", "--default-cpu-request=100u"]).expect("valid");
+        assert_eq!(cfg.quota_max_cpu.value(), 1000);
+        assert_eq!(cfg.quota_max_memory.value(), 2 << 50);
+        assert_eq!(cfg.default_cpu_request.scaled_value(-6), 100);
+        for (flag, bad) in [("--default-memory-limit", "lots"), ("--tmp-size-limit", "1Gb"), ("--quota-max-cpu", "-1")]
+        {
+            let e = parse(&[&format!("{flag}={bad}")]).expect_err(bad);
+            assert!(e.contains(flag) && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn cidr_flags_are_validated() {
+        let cfg = parse(&["--allow-egress-cidrs=10.1.0.0/16,fd00:1::/64", "--deny-egress-cidrs="]).expect("valid");
+        assert_eq!(cfg.allow_egress_cidrs.to_string(), "10.1.0.0/16,fd00:1::/64");
+        assert!(cfg.deny_egress_cidrs.0.is_empty());
+        for flag in ["--allow-egress-cidrs", "--deny-egress-cidrs", "--cluster-pod-cidrs", "--cluster-service-cidrs"] {
+            let e = parse(&[&format!("{flag}=10.0.0.0/8,10.0.0.0/33")]).expect_err(flag);
+            assert!(e.contains(flag) && e.contains("10.0.0.0/33"), "{e}");
         }
     }
 }

@@ -1,20 +1,20 @@
 //! The preview's Deployment: the image, run so that Pod Security `restricted` admits it
 //! (non-root, no privilege escalation, all capabilities dropped, RuntimeDefault seccomp, a
 //! read-only root filesystem with a writable /tmp, no service-account token), with the
-//! preview's port, env, args and resources and a readiness probe.
+//! preview's port, env, args and resources and a readiness probe. Its /tmp is an emptyDir with
+//! a size limit (`--tmp-size-limit`), and its container has ephemeral-storage bounds, so a
+//! preview cannot fill its node's disk.
 
 use crate::config::Config;
 use crate::quota::pod_resources;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, TCPSocketAction, Volume,
-    VolumeMount,
+    PodTemplateSpec, Probe, SeccompProfile, SecurityContext, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use std::collections::BTreeMap;
 use vesper_api::PreviewEnvironment;
 
 pub const NAME: &str = "app";
@@ -22,9 +22,12 @@ pub const CONTAINER: &str = "app";
 
 pub fn deployment(pe: &PreviewEnvironment, cfg: &Config, namespace: &str) -> Deployment {
     let labels = crate::meta::labels(pe);
-    let r = pod_resources(pe, cfg);
-    let rl = |cpu: &str, mem: &str| {
-        BTreeMap::from([("cpu".to_string(), Quantity(cpu.into())), ("memory".to_string(), Quantity(mem.into()))])
+    // A spec with a quantity Kubernetes refuses never gets here (the quota, built first, fails
+    // and the status says InvalidSpec); should it, the spec's own values are passed on, and the
+    // API server refuses them with its message.
+    let resources = match pod_resources(pe, cfg) {
+        Ok(r) => r.requirements(),
+        Err(_) => pe.spec.resources.clone().unwrap_or_default(),
     };
     let probe_handler = match &pe.spec.readiness_path {
         Some(path) => Probe {
@@ -62,11 +65,7 @@ pub fn deployment(pe: &PreviewEnvironment, cfg: &Config, namespace: &str) -> Dep
                     .collect(),
             )
         },
-        resources: Some(ResourceRequirements {
-            requests: Some(rl(&r.cpu_request, &r.memory_request)),
-            limits: Some(rl(&r.cpu_limit, &r.memory_limit)),
-            ..Default::default()
-        }),
+        resources: Some(resources),
         readiness_probe: Some(readiness),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
@@ -115,7 +114,11 @@ pub fn deployment(pe: &PreviewEnvironment, cfg: &Config, namespace: &str) -> Dep
                     }),
                     volumes: Some(vec![Volume {
                         name: "tmp".into(),
-                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        // Written as the server stores it (canonical), or every reconcile writes.
+                        empty_dir: Some(EmptyDirVolumeSource {
+                            medium: None,
+                            size_limit: Some(Quantity(cfg.tmp_size_limit.to_canonical())),
+                        }),
                         ..Default::default()
                     }]),
                     ..Default::default()
@@ -124,5 +127,29 @@ pub fn deployment(pe: &PreviewEnvironment, cfg: &Config, namespace: &str) -> Dep
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tmp_and_the_container_have_storage_bounds() {
+        let pe: PreviewEnvironment = serde_json::from_value(json!({
+            "apiVersion": "vesper.eventide.dev/v1alpha1", "kind": "PreviewEnvironment",
+            "metadata": {"name": "pr-1", "namespace": "team-a", "uid": "u"},
+            "spec": {"image": "app:v1", "resources": {"limits": {"memory": "1.5Gi"}}}}))
+        .expect("a preview");
+        let cfg = Config { tmp_size_limit: crate::config::parse_quantity("0.5Gi").expect("q"), ..Config::default() };
+        let d = serde_json::to_value(deployment(&pe, &cfg, "ns")).expect("json");
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "512Mi"}}]));
+        assert_eq!(
+            pod["containers"][0]["resources"],
+            json!({"requests": {"cpu": "100m", "ephemeral-storage": "64Mi", "memory": "1536Mi"},
+                   "limits": {"cpu": "500m", "ephemeral-storage": "1Gi", "memory": "1536Mi"}})
+        );
     }
 }

@@ -10,7 +10,7 @@ pub enum Error {
     #[error("{0}")]
     Ttl(#[from] vesper_api::TtlError),
     #[error("{0}")]
-    Quantity(#[from] crate::quantity::BadQuantity),
+    Quantity(#[from] InvalidQuantity),
     /// An object with a name Vesper uses exists but was not made by Vesper for this preview.
     #[error(
         "{kind} {name:?} in namespace {namespace:?} exists and was not created by Vesper for this preview; Vesper does not touch it: delete or rename it"
@@ -32,6 +32,26 @@ impl Error {
             Error::Apply(_) => "apply",
             Error::Serialize(..) => "serialize",
         }
+    }
+}
+
+/// A quantity of a preview's spec that Kubernetes would not parse: the spec is wrong, and no
+/// retry fixes it (status.rs reports it as `InvalidSpec`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "{field}: {value:?} is not a valid Kubernetes quantity ({reason}); fix the preview's spec, e.g. 500m, 2, 128Mi, 1.5Gi"
+)]
+pub struct InvalidQuantity {
+    /// The field, e.g. `spec.resources.limits.memory`.
+    pub field: String,
+    pub value: String,
+    pub reason: String,
+}
+
+impl Error {
+    /// Whether the error is in the preview's spec (a user fixes it; retrying does not).
+    pub fn is_invalid_spec(&self) -> bool {
+        matches!(self, Error::Quantity(_) | Error::Ttl(_))
     }
 }
 

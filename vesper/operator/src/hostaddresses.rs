@@ -1,7 +1,10 @@
-//! The cluster's own addresses, which previews may not reach: every address of every node, and
-//! every address the API server is served at (the endpoints of `default/kubernetes`). They are
-//! watched, and every preview's NetworkPolicy follows when they change.
+//! The cluster's own addresses, which previews may not reach: every address of every node,
+//! every address the API server is served at (the endpoints of `default/kubernetes`), and the
+//! pod ranges the nodes report (`Node.spec.podCIDRs`, set by the node IPAM controller or the
+//! CNI; not every CNI sets them, hence `--cluster-pod-cidrs`). They are watched, and every
+//! preview's NetworkPolicy follows when they change.
 
+use crate::cidr::Cidr;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Endpoints, Node};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -22,6 +25,42 @@ pub fn node_addresses(nodes: &[Node]) -> BTreeSet<IpAddr> {
         .collect()
 }
 
+/// The pod ranges of the nodes (`spec.podCIDRs`, else `spec.podCIDR`); a value that is no CIDR
+/// is skipped with a warning.
+pub fn node_pod_cidrs(nodes: &[Node]) -> BTreeSet<Cidr> {
+    let mut out = BTreeSet::new();
+    for n in nodes {
+        let Some(spec) = n.spec.as_ref() else { continue };
+        let listed = spec.pod_cidrs.clone().unwrap_or_default();
+        for c in listed.iter().chain(spec.pod_cidr.iter()) {
+            match c.parse() {
+                Ok(c) => {
+                    out.insert(c);
+                }
+                Err(e) => tracing::warn!(node = ?n.metadata.name, error = %e, "ignoring a pod range of a node"),
+            }
+        }
+    }
+    out
+}
+
+/// What the cluster is made of, as previews must not reach it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterAddresses {
+    /// Node and API server addresses.
+    pub hosts: BTreeSet<IpAddr>,
+    /// Pod ranges the nodes report.
+    pub pod_cidrs: BTreeSet<Cidr>,
+}
+
+impl ClusterAddresses {
+    fn of(nodes: &[Node], endpoints: Option<&Endpoints>, slices: &[EndpointSlice]) -> ClusterAddresses {
+        let mut hosts = node_addresses(nodes);
+        hosts.extend(apiserver_addresses(endpoints, slices));
+        ClusterAddresses { hosts, pod_cidrs: node_pod_cidrs(nodes) }
+    }
+}
+
 /// Addresses of the API server, from the `kubernetes` Endpoints and EndpointSlices.
 pub fn apiserver_addresses(endpoints: Option<&Endpoints>, slices: &[EndpointSlice]) -> BTreeSet<IpAddr> {
     let mut out = BTreeSet::new();
@@ -40,15 +79,15 @@ pub fn apiserver_addresses(endpoints: Option<&Endpoints>, slices: &[EndpointSlic
 /// The current set of cluster addresses, shared with the reconciler.
 #[derive(Debug, Clone, Default)]
 pub struct HostAddresses {
-    inner: Arc<RwLock<BTreeSet<IpAddr>>>,
+    inner: Arc<RwLock<ClusterAddresses>>,
 }
 
 impl HostAddresses {
-    pub fn get(&self) -> BTreeSet<IpAddr> {
+    pub fn get(&self) -> ClusterAddresses {
         self.inner.read().map(|g| g.clone()).unwrap_or_default()
     }
 
-    fn set(&self, v: BTreeSet<IpAddr>) -> bool {
+    fn set(&self, v: ClusterAddresses) -> bool {
         let Ok(mut g) = self.inner.write() else { return false };
         if *g == v {
             return false;
@@ -68,9 +107,7 @@ impl HostAddresses {
         let eps = eps_api.get_opt("kubernetes").await?;
         let slices = slices_api.list(&kube::api::ListParams::default().labels(slice_selector)).await?.items;
         let addrs = HostAddresses::default();
-        let mut all = node_addresses(&nodes);
-        all.extend(apiserver_addresses(eps.as_ref(), &slices));
-        addrs.set(all);
+        addrs.set(ClusterAddresses::of(&nodes, eps.as_ref(), &slices));
         let (tx, rx) = watch::channel(0u64);
         let shared = addrs.clone();
         tokio::spawn(async move {
@@ -113,8 +150,7 @@ impl HostAddresses {
                 }
                 let list: Vec<Node> = nodes.seen.values().cloned().collect();
                 let sl: Vec<EndpointSlice> = slices.seen.values().cloned().collect();
-                let mut all = node_addresses(&list);
-                all.extend(apiserver_addresses(eps.seen.values().next(), &sl));
+                let all = ClusterAddresses::of(&list, eps.seen.values().next(), &sl);
                 if !list.is_empty() && shared.set(all) {
                     ticks += 1;
                     if tx.send(ticks).is_err() {
@@ -165,5 +201,24 @@ impl<K: kube::Resource> Kind<K> {
             }
             watcher::Event::Delete(o) => self.seen.remove(&kube::ResourceExt::name_any(&o)).is_some(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pod_ranges_come_from_the_nodes() {
+        let nodes: Vec<Node> = serde_json::from_value(json!([
+            {"metadata": {"name": "a"}, "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24", "fd00:10:244::/64"]}},
+            {"metadata": {"name": "b"}, "spec": {"podCIDR": "10.244.1.0/24"}},
+            {"metadata": {"name": "c"}, "spec": {"podCIDRs": ["not-a-range"]}},
+            {"metadata": {"name": "d"}},
+        ]))
+        .expect("nodes");
+        let got: Vec<String> = node_pod_cidrs(&nodes).iter().map(ToString::to_string).collect();
+        assert_eq!(got, ["10.244.0.0/24", "10.244.1.0/24", "fd00:10:244::/64"]);
     }
 }

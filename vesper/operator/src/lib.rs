@@ -10,14 +10,15 @@
 //! | The reconciliation, the watches | controller.rs |
 //! | Names of namespaces and hosts | naming.rs |
 //! | The namespace | namespace.rs |
-//! | Quota and limits | quota.rs (quantity.rs) |
-//! | Network isolation | networkpolicy.rs, hostaddresses.rs |
+//! | Quota and limits | quota.rs (quantities: the k8s-quantity crate) |
+//! | Network isolation | networkpolicy.rs, hostaddresses.rs, cidr.rs |
 //! | Deployment, Service, Ingress | deployment.rs, service.rs, ingress.rs |
 //! | TTL and deletion | ttl.rs, finalizer.rs |
 //! | Status, conditions and events | status.rs |
 //! | Metrics | metrics.rs |
 //! | The operator flags | config.rs, main.rs |
 
+pub mod cidr;
 pub mod clock;
 pub mod config;
 pub mod controller;
@@ -31,7 +32,6 @@ pub mod metrics;
 pub mod namespace;
 pub mod naming;
 pub mod networkpolicy;
-pub mod quantity;
 pub mod quota;
 pub mod service;
 pub mod status;

@@ -289,8 +289,13 @@ pub fn failed(pe: &PreviewEnvironment, reason: &str, message: &str, now: Timesta
 }
 
 /// The status of a reconcile that failed at a step: Ready=False, reason ReconcileError; the
-/// phase stays what it was (the error may be passing).
+/// phase stays what it was (the error may be passing). When the spec itself is invalid (a
+/// quantity Kubernetes would not parse), that is what the status says instead: phase Failed,
+/// reason InvalidSpec, the field named; a retry writes nothing more until the spec changes.
 pub fn reconcile_error(pe: &PreviewEnvironment, message: &str, now: Timestamp) -> Computed {
+    if let Err(e) = crate::quota::validate_spec(pe) {
+        return failed(pe, "InvalidSpec", &e.to_string(), now);
+    }
     let mut status = pe.status.clone().unwrap_or_default();
     let transition = set(
         &mut status.conditions,
@@ -495,5 +500,32 @@ mod tests {
         let (phase, reason, msg) = phase_of(&pe("r.example/a:1", 3), Some(&d));
         assert_eq!((phase, reason), (Phase::Pending, "RollingOut"));
         assert!(msg.ends_with("1 of 3 pods ready"), "{msg}");
+    }
+
+    #[test]
+    fn an_invalid_quantity_fails_the_preview_naming_the_field() {
+        let mut p = pe("r.example/a:1", 1);
+        p.metadata.generation = Some(2);
+        p.spec.resources = Some(serde_json::from_value(json!({"limits": {"cpu": "2 cores"}})).expect("resources"));
+        let now: Timestamp = "2026-11-01T00:00:00Z".parse().expect("time");
+        let c = reconcile_error(&p, "spec.resources.limits.cpu: \"2 cores\" is not ...", now);
+        assert_eq!(c.status.phase, Some(Phase::Failed));
+        let ready = c.status.conditions.iter().find(|c| c.type_ == READY).expect("Ready");
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
+        assert!(
+            ready.message.contains("spec.resources.limits.cpu") && ready.message.contains("2 cores"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(c.notes.len(), 1);
+        // Valid but unusual quantities are no spec error.
+        p.spec.resources = Some(
+            serde_json::from_value(json!({"limits": {"cpu": "1e3", "memory": "2Pi"}, "requests": {"cpu": "100u"}}))
+                .expect("resources"),
+        );
+        let c = reconcile_error(&p, "connection refused", now);
+        assert_eq!(c.status.phase, Some(Phase::Pending));
+        let ready = c.status.conditions.iter().find(|c| c.type_ == READY).expect("Ready");
+        assert_eq!(ready.reason, "ReconcileError");
     }
 }

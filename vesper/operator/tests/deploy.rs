@@ -1182,15 +1182,15 @@ async fn helm_lints_renders_and_installs_on_a_cluster() {
     assert_eq!(cfg.tls_secret.as_deref(), Some("wildcard-tls"));
     assert_eq!(cfg.ingress_namespace, "traefik");
     assert_eq!(
-        (cfg.max_cpu_per_container.as_str(), cfg.quota_max_cpu.as_str()),
-        ("3", "0.5"),
+        (cfg.max_cpu_per_container.to_canonical(), cfg.quota_max_cpu.to_canonical()),
+        ("3".to_string(), "500m".to_string()),
         "numbers as CPU quantities"
     );
-    assert_eq!(cfg.quota_max_memory, "20Gi");
+    assert_eq!(cfg.quota_max_memory.to_canonical(), "20Gi");
     assert_eq!(cfg.expiry_warning, Duration::from_secs(1800));
     assert_eq!(cfg.progress_deadline_seconds, 120);
     assert!(!cfg.read_only_root_filesystem);
-    assert!(cfg.deny_egress_cidrs.iter().all(|c| c.trim().is_empty()), "{:?}", cfg.deny_egress_cidrs);
+    assert!(cfg.deny_egress_cidrs.0.is_empty(), "{:?}", cfg.deny_egress_cidrs);
     assert_eq!((cfg.metrics_addr.port(), cfg.health_addr.port()), (9090, 9091));
     assert_eq!(cfg.leader_election_namespace, "elsewhere");
     assert_eq!(
