@@ -350,6 +350,9 @@ async fn invalid_policies_are_refused_when_written() {
     let f = k.write("norules.yaml", &LIMITS.replace("    resourceRules:\n    - apiGroups: [\"\"]\n      apiVersions: [\"v1\"]\n      operations: [\"CREATE\", \"UPDATE\"]\n      resources: [\"configmaps\"]\n", "    resourceRules: []\n"));
     let err = k.fails(&["apply", "-f", &f]);
     assert!(err.contains("spec.matchConstraints.resourceRules: Required value"), "{err}");
+    let f = k.write("overlap.yaml", &LIMITS.replace("resources: [\"configmaps\"]", "resources: [\"*\", \"*/*\"]"));
+    let err = k.fails(&["apply", "-f", &f]);
+    assert!(err.contains("if '*/*' is present, must not specify other resources"), "{err}");
 }
 
 #[tokio::test]

@@ -785,7 +785,7 @@ fn one_of(v: &Value, key: &str, p: &Path, allowed: &[&str], errs: &mut Vec<Field
 fn rule_list_errors(rules: &[Value], p: &Path, errs: &mut Vec<FieldError>) {
     for (i, r) in rules.iter().enumerate() {
         let rp = p.index(i);
-        for key in ["apiGroups", "apiVersions", "resources", "operations"] {
+        for key in ["apiGroups", "apiVersions", "operations"] {
             let values = strs(r, key);
             if values.is_empty() {
                 errs.push(FieldError::required(rp.child(key), ""));
@@ -797,6 +797,7 @@ fn rule_list_errors(rules: &[Value], p: &Path, errs: &mut Vec<FieldError>) {
                 ));
             }
         }
+        resources_errors(&strs(r, "resources"), &rp.child("resources"), errs);
         for (j, op) in strs(r, "operations").iter().enumerate() {
             if !["*", "CREATE", "UPDATE", "DELETE", "CONNECT"].contains(&op.as_str()) {
                 errs.push(FieldError::not_supported(
@@ -807,6 +808,57 @@ fn rule_list_errors(rules: &[Value], p: &Path, errs: &mut Vec<FieldError>) {
             }
         }
         one_of(r, "scope", &rp, &["*", "Cluster", "Namespaced"], errs);
+    }
+}
+
+/// `validateResources`: wildcards may not overlap what they already cover.
+fn resources_errors(resources: &[String], p: &Path, errs: &mut Vec<FieldError>) {
+    if resources.is_empty() {
+        errs.push(FieldError::required(p, ""));
+    }
+    let (mut wild_sub, mut wild_res) = (HashSet::new(), HashSet::new());
+    let (mut double, mut single, mut plain) = (false, false, false);
+    for (i, rs) in resources.iter().enumerate() {
+        if rs.is_empty() {
+            errs.push(FieldError::required(p.index(i), ""));
+            continue;
+        }
+        double |= rs == "*/*";
+        single |= rs == "*";
+        let Some((res, sub)) = rs.split_once('/') else {
+            plain = rs != "*";
+            continue;
+        };
+        if wild_sub.contains(res) {
+            errs.push(FieldError::invalid(
+                p.index(i),
+                rs.as_str(),
+                format!("if '{res}/*' is present, must not specify {rs}"),
+            ));
+        }
+        if wild_res.contains(sub) {
+            errs.push(FieldError::invalid(
+                p.index(i),
+                rs.as_str(),
+                format!("if '*/{sub}' is present, must not specify {rs}"),
+            ));
+        }
+        if sub == "*" {
+            wild_sub.insert(res);
+        }
+        if res == "*" {
+            wild_res.insert(sub);
+        }
+    }
+    if resources.len() > 1 && double {
+        errs.push(FieldError::invalid(p, json!(resources), "if '*/*' is present, must not specify other resources"));
+    }
+    if single && plain {
+        errs.push(FieldError::invalid(
+            p,
+            json!(resources),
+            "if '*' is present, must not specify other resources without subresources",
+        ));
     }
 }
 
