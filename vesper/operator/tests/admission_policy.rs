@@ -1,0 +1,275 @@
+//! Issue 10, item 3b: deploy/vesper/admission-policy.yaml confines the operator's ServiceAccount
+//! below what its RBAC allows, enforced by devcluster as the API server enforces a
+//! ValidatingAdmissionPolicy:
+//!
+//! - with the policy applied (kubectl), the operator, running as
+//!   `vesper-system/vesper-operator`, still makes a preview Ready (namespace, quota, Deployment,
+//!   ... in its managed namespace; status and Events in the users' namespace; its Lease) and
+//!   deletes it with its namespace;
+//! - each write RBAC allows it but the policy forbids is denied, as that ServiceAccount
+//!   (`kubectl --as=system:serviceaccount:vesper-system:vesper-operator`), dry runs too: a
+//!   Deployment in `default` or in vesper-system, a namespace without the prefix or the label,
+//!   relabelling a managed namespace out of Pod Security `restricted` or out of Vesper's hands,
+//!   touching a namespace Vesper does not manage; the same writes by anyone else pass;
+//! - the Helm chart renders the same policy for the release's ServiceAccount (with `helm` on
+//!   PATH, as tests/deploy.rs does).
+
+mod support;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use support::{Env, cluster_options, config};
+
+const IMAGE: &str = "registry.example.com/app:pr-1";
+const OPERATOR: &str = "system:serviceaccount:vesper-system:vesper-operator";
+const POLICY: &str = "vesper-operator-scope";
+
+fn repo() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    p.canonicalize().unwrap_or(p)
+}
+
+/// `kubectl` against the test's cluster, as the admin or (with `as_operator`) as the operator.
+struct Kubectl {
+    kubeconfig: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .arg(format!("--cache-dir={}", self.dir.path().join("cache").display()))
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .expect("kubectl runs (it is installed at /usr/bin/kubectl)")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = tokio::task::block_in_place(|| self.run(args));
+        assert!(
+            out.status.success(),
+            "kubectl {} failed:\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// As the operator: refused by the policy with `message` (the whole upstream wording).
+    fn denied(&self, args: &[&str], message: &str) {
+        let mut all = vec!["--as", OPERATOR];
+        all.extend_from_slice(args);
+        let out = tokio::task::block_in_place(|| self.run(&all));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let want = format!(
+            "is forbidden: ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request: {message}"
+        );
+        assert!(
+            !out.status.success() && stderr.contains(&want),
+            "kubectl {} should be denied with\n  {want}\nbut printed:\n{}{stderr}",
+            all.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
+    /// As the operator, and allowed.
+    fn allowed(&self, args: &[&str]) -> String {
+        let mut all = vec!["--as", OPERATOR];
+        all.extend_from_slice(args);
+        self.ok(&all)
+    }
+
+    fn write(&self, name: &str, content: &str) -> String {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, content).expect("write a manifest");
+        p.display().to_string()
+    }
+}
+
+fn namespace_yaml(name: &str, labels: &[(&str, &str)]) -> String {
+    let labels: Vec<String> = labels.iter().map(|(k, v)| format!("    {k}: \"{v}\"\n")).collect();
+    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n{}", labels.concat())
+}
+
+const RESTRICTED: [(&str, &str); 6] = [
+    ("pod-security.kubernetes.io/enforce", "restricted"),
+    ("pod-security.kubernetes.io/enforce-version", "latest"),
+    ("pod-security.kubernetes.io/audit", "restricted"),
+    ("pod-security.kubernetes.io/audit-version", "latest"),
+    ("pod-security.kubernetes.io/warn", "restricted"),
+    ("pod-security.kubernetes.io/warn-version", "latest"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admission_policy_confines_the_operator_which_still_serves_previews() {
+    let mut env = Env::cluster(cluster_options()).await;
+    let k = Kubectl { kubeconfig: env.dc.kubeconfig_path(), dir: tempfile::tempdir().expect("tempdir") };
+    let policy = repo().join("deploy/vesper/admission-policy.yaml").display().to_string();
+    k.ok(&["apply", "-f", &policy]);
+
+    // The operator, as its ServiceAccount, under the policy: a preview becomes Ready (its status
+    // and Events are written in team-a, its objects in its managed namespace).
+    env.start_operator(config());
+    env.create("shop", json!({"image": IMAGE})).await;
+    env.wait_ready("shop").await;
+    let ns = env.ns_of("shop");
+    let d: Deployment = env.obj(&ns, "app").await;
+    assert_eq!(d.labels().get("app.kubernetes.io/managed-by").map(String::as_str), Some("vesper"));
+    assert!(!env.events_of("shop").await.is_empty(), "the operator's Events about the preview were written");
+
+    // What RBAC allows and the policy refuses, as the operator's ServiceAccount.
+    let outside = "only in the namespaces it manages (named vesper-* and labelled app.kubernetes.io/managed-by=vesper)";
+    for target in ["default", "team-a", "vesper-system"] {
+        let msg = format!("the Vesper operator may not CREATE deployments in namespace {target}: {outside}");
+        k.denied(&["create", "deployment", "x", "--image=nginx:1.27", "-n", target], &msg);
+        k.denied(&["create", "deployment", "x", "--image=nginx:1.27", "-n", target, "--dry-run=server"], &msg);
+    }
+    let svc = format!("the Vesper operator may not CREATE services in namespace default: {outside}");
+    k.denied(&["create", "service", "clusterip", "x", "--tcp=80:80", "-n", "default"], &svc);
+    // A namespace with Vesper's label but not its prefix is not managed either.
+    k.ok(&["create", "namespace", "lookalike"]);
+    k.ok(&["label", "namespace", "lookalike", "app.kubernetes.io/managed-by=vesper"]);
+    let msg = format!("the Vesper operator may not CREATE deployments in namespace lookalike: {outside}");
+    k.denied(&["create", "deployment", "x", "--image=nginx:1.27", "-n", "lookalike"], &msg);
+
+    // Namespaces: only `vesper-*` with Vesper's label, before and after, at `restricted`/latest.
+    let names =
+        "only namespaces named vesper-* and labelled app.kubernetes.io/managed-by=vesper, before and after the write";
+    let mut managed = vec![("app.kubernetes.io/managed-by", "vesper")];
+    managed.extend(RESTRICTED);
+    let f = k.write("evil.yaml", &namespace_yaml("evil", &managed));
+    k.denied(&["create", "-f", &f], &format!("the Vesper operator may not CREATE namespace evil: {names}"));
+    let f = k.write("unlabelled.yaml", &namespace_yaml("vesper-unlabelled", &RESTRICTED));
+    k.denied(
+        &["create", "-f", &f],
+        &format!("the Vesper operator may not CREATE namespace vesper-unlabelled: {names}"),
+    );
+    let psa = |name: &str, op: &str| {
+        format!(
+            "the Vesper operator may not {op} namespace {name} with a Pod Security level other than restricted at version latest"
+        )
+    };
+    let mut privileged = managed.clone();
+    privileged[1] = ("pod-security.kubernetes.io/enforce", "privileged");
+    let f = k.write("privileged.yaml", &namespace_yaml("vesper-privileged", &privileged));
+    k.denied(&["create", "-f", &f], &psa("vesper-privileged", "CREATE"));
+    let mut pinned = managed.clone();
+    pinned[2] = ("pod-security.kubernetes.io/enforce-version", "v1.24");
+    let f = k.write("pinned.yaml", &namespace_yaml("vesper-pinned", &pinned));
+    k.denied(&["create", "-f", &f], &psa("vesper-pinned", "CREATE"));
+    let f = k.write("noenforce.yaml", &namespace_yaml("vesper-noenforce", &managed[..1]));
+    k.denied(&["create", "-f", &f], &psa("vesper-noenforce", "CREATE"));
+    // Relabelling the preview's namespace: out of restricted, to a pinned version, audit or warn
+    // lowered, the enforce label removed, or out of Vesper's hands.
+    let lower = [
+        "pod-security.kubernetes.io/enforce=privileged",
+        "pod-security.kubernetes.io/enforce=baseline",
+        "pod-security.kubernetes.io/enforce-version=v1.25",
+        "pod-security.kubernetes.io/warn=privileged",
+        "pod-security.kubernetes.io/audit-version=v1.25",
+        "pod-security.kubernetes.io/enforce-",
+    ];
+    for change in lower {
+        k.denied(&["label", "namespace", &ns, change, "--overwrite"], &psa(&ns, "UPDATE"));
+    }
+    for change in ["app.kubernetes.io/managed-by-", "app.kubernetes.io/managed-by=someone-else"] {
+        k.denied(
+            &["label", "namespace", &ns, change, "--overwrite"],
+            &format!("the Vesper operator may not UPDATE namespace {ns}: {names}"),
+        );
+    }
+    // Namespaces Vesper does not manage: neither changed nor deleted, nor adopted.
+    for target in ["default", "team-a", "vesper-system"] {
+        let msg = format!("the Vesper operator may not UPDATE namespace {target}: {names}");
+        k.denied(&["label", "namespace", target, "owned=yes"], &msg);
+        k.denied(&["label", "namespace", target, "app.kubernetes.io/managed-by=vesper"], &msg);
+        let msg = format!("the Vesper operator may not DELETE namespace {target}: {names}");
+        k.denied(&["delete", "namespace", target, "--wait=false"], &msg);
+    }
+    // The namespace is untouched.
+    let labels = k.ok(&["get", "namespace", &ns, "-o", "jsonpath={.metadata.labels}"]);
+    let labels: Value = serde_json::from_str(&labels).expect("labels as JSON");
+    assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "vesper");
+
+    // What it may do: in its managed namespace, a (dry-run) Deployment; its Lease; a compliant
+    // managed namespace (dry run); harmless relabelling that keeps everything.
+    k.allowed(&["create", "deployment", "x", "--image=nginx:1.27", "-n", &ns, "--dry-run=server"]);
+    let lease = k.write(
+        "lease.yaml",
+        "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: probe\n  namespace: vesper-system\nspec:\n  holderIdentity: probe\n",
+    );
+    k.allowed(&["create", "-f", &lease]);
+    let f = k.write("ok.yaml", &namespace_yaml("vesper-ok", &managed));
+    k.allowed(&["create", "-f", &f, "--dry-run=server"]);
+    k.allowed(&["label", "namespace", &ns, "pod-security.kubernetes.io/warn=restricted", "--overwrite"]);
+    // The policy binds the operator only: the admin does all of the above.
+    k.ok(&["create", "deployment", "x", "--image=nginx:1.27", "-n", "default"]);
+    k.ok(&["label", "namespace", "lookalike", "pod-security.kubernetes.io/enforce=privileged"]);
+
+    // Deleting the preview deletes its namespace (the operator's DELETE is allowed).
+    env.previews().delete("shop", &Default::default()).await.expect("delete the preview");
+    env.wait_pe_gone("shop").await;
+    env.stop_operator().await;
+}
+
+/// The chart renders deploy/vesper/admission-policy.yaml for the release's ServiceAccount and
+/// Lease namespace.
+#[test]
+fn the_chart_renders_the_same_policy() {
+    let plain: Vec<Value> = serde_saphyr::from_multiple(
+        &std::fs::read_to_string(repo().join("deploy/vesper/admission-policy.yaml")).expect("read the policy"),
+    )
+    .expect("YAML");
+    let plain: Vec<Value> = plain.into_iter().filter(|d| !d.is_null()).collect();
+    assert_eq!(plain.len(), 2, "the policy and its binding");
+    let Some(helm) = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("helm"))
+        .find(|p| p.is_file())
+    else {
+        eprintln!("note: helm is not on PATH: skipping the rendering of templates/admission-policy.yaml");
+        return;
+    };
+    let home = tempfile::tempdir().expect("tempdir");
+    let render = |extra: &[&str]| -> Vec<Value> {
+        let out = Command::new(&helm)
+            .current_dir(repo())
+            .env("HELM_CACHE_HOME", home.path().join("cache"))
+            .env("HELM_CONFIG_HOME", home.path().join("config"))
+            .env("HELM_DATA_HOME", home.path().join("data"))
+            .args(["template", "vesper", "deploy/helm/vesper", "--show-only", "templates/admission-policy.yaml"])
+            .args(extra)
+            .output()
+            .expect("helm runs");
+        assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("YAML");
+        docs.into_iter().filter(|d| !d.is_null()).collect()
+    };
+    let rendered = render(&["--namespace", "vesper-system"]);
+    assert_eq!(rendered.len(), 2, "{rendered:?}");
+    for (r, p) in rendered.iter().zip(&plain) {
+        assert_eq!(r["kind"], p["kind"]);
+        assert_eq!(r["metadata"]["name"], p["metadata"]["name"]);
+        assert_eq!(r["spec"], p["spec"], "{} differs from deploy/vesper/admission-policy.yaml", p["kind"]);
+    }
+    // Another namespace, account and Lease namespace: the policy follows them.
+    let other = render(&[
+        "--namespace",
+        "previews",
+        "--set",
+        "serviceAccount.name=pe-bot",
+        "--set",
+        "leaderElection.namespace=leases",
+    ]);
+    let text = serde_json::to_string(&other[0]["spec"]).expect("JSON");
+    assert!(text.contains("system:serviceaccount:previews:pe-bot"), "{text}");
+    assert!(text.contains("request.namespace == 'leases'"), "{text}");
+    assert!(!text.contains("vesper-system"), "{text}");
+}
