@@ -1,47 +1,60 @@
-//! Compare, then write: the objects a controller owns are written only when they differ.
+//! Compare, then write, and restore everything: the objects a controller owns end equal to what
+//! it builds plus the API server's own defaults, and are written only when they are not.
 //!
-//! [`ensure`] reads the live object and writes the desired one with server-side apply
-//! (`PATCH` with `application/apply-patch+yaml`, `force=true`, the caller's field manager), the
-//! write `kubectl apply --server-side --force-conflicts` makes, but only when the comparison
-//! below finds a difference. A reconcile that changes nothing therefore sends reads only, and
-//! the object's `resourceVersion` stays put (no watch event, no wake-up of other controllers).
+//! # The rule
 //!
-//! # The comparison
+//! An owned object's content (every top-level field but `metadata` and `status`) is the
+//! operator's alone: a field anyone else adds or changes is removed or put back by the next
+//! reconcile. Of the metadata, the operator owns its `ownerReferences`, the labels and annotations
+//! it sets, every label or annotation under a prefix it uses (`vesper.eventide.dev/...`,
+//! `pod-security.kubernetes.io/...`), and, for an Ingress, all annotations (they configure the
+//! ingress controller, see [`owns_all_annotations`]). Other labels and annotations, and other
+//! finalizers, belong to whoever added them and are left alone.
 //!
-//! Both objects are turned into JSON. From the desired object, the fields the server owns are
-//! dropped first: `status` (written through the status subresource, never by apply) and
-//! `metadata.{uid, resourceVersion, generation, creationTimestamp, managedFields, selfLink,
-//! deletionTimestamp, deletionGracePeriodSeconds}`. That cleaned JSON is also the body applied.
-//! Then the object is up to date when both hold:
+//! # How a server default is told from a hand edit
 //!
-//! 1. **desired ⊆ live** ([`first_difference`]):
-//!    - an object matches when every key the desired object sets matches the live value under
-//!      the same key; keys only the live object has (server defaults, labels or annotations other
-//!      managers added) are ignored;
-//!    - a list matches when it has the same length and each element matches the live element at
-//!      the same index (so order matters and an extra live element is a difference);
-//!    - numbers match by value (`1` matches `1.0`); strings, booleans exactly;
-//!    - a desired `null`, `{}`, `[]`, `""`, `false` or `0` also matches a missing live field,
-//!      because the API server omits empty optional fields (Go's `omitempty`).
-//! 2. **owned ⊆ desired** ([`first_owned_not_desired`]): every field that this field manager's
-//!    `Apply` entry in `metadata.managedFields` owns is still set in the desired object. A field
-//!    the controller stopped setting is then removed by the next apply, as server-side apply
-//!    removes fields a manager no longer applies. List items are matched by their key
-//!    (`k:{"name":"x"}`), a key field missing from the desired item counts as matching (the server
-//!    may have defaulted it, as `protocol` of a container port).
+//! Not by a list of defaults kept here (it would drift from the server), but by asking the server
+//! (ADR docs/vesper/adr/0008-restore-with-server-dry-run.md):
+//!
+//! 1. The live object is read (as a `DynamicObject`, so fields newer than our client types are
+//!    seen too).
+//! 2. If this process verified the same object (UID and `resourceVersion`) against the same
+//!    desired object (a digest of it) before, it is up to date: nothing more is sent.
+//! 3. Otherwise the **replacement** is built: the desired object, with the live object's foreign
+//!    labels, annotations and finalizers, and its UID as a precondition (no `resourceVersion`:
+//!    the write is unconditional, see [`replacement`]).
+//! 4. The replacement is sent as a **server-side dry run** (`PUT ?dryRun=All`): the answer is the
+//!    object as it would be with exactly what the operator builds, defaulted by the server (and
+//!    keeping what the server allocated, such as a Service's cluster IP). When it equals the live
+//!    object ([`first_change`]), nothing is written and the pair is remembered for step 2;
+//!    otherwise the replacement is written (`PUT`), which puts back what was changed and removes
+//!    what was added, and the first difference says what.
+//!
+//! A reconcile that changes nothing therefore sends one read (and, the first time this process
+//! sees an object or after someone else wrote it, one dry run); the object's `resourceVersion`
+//! stays put. New objects are created with server-side apply (`PATCH` with
+//! `application/apply-patch+yaml`, `force=true`, the caller's field manager).
+//!
+//! A write that undoes someone else's change is [`Outcome::Restored`], with the first field that
+//! differed and the field manager that last wrote the object (from `metadata.managedFields`), so
+//! that the operator can record an Event saying what it restored.
 //!
 //! What the comparison cannot see: values the server rewrites into another spelling (a quantity
 //! `1000m` is stored as `1`): write them in canonical form, or every reconcile writes.
 //!
 //! [`WriteCounter`] counts outcomes (and exports them as a Prometheus counter) so that tests can
-//! prove that a reconcile of an up-to-date object writes nothing.
+//! prove that a reconcile of an up-to-date object writes nothing, and holds the verified pairs of
+//! step 2 ([`Verified`]); callers drop them with [`Verified::forget_namespace`] or
+//! [`Verified::forget`] when the objects go.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use kube::Resource;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Client, Resource};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -57,8 +70,10 @@ use crate::error::{Error, Result};
 pub enum Outcome {
     /// The object did not exist and was created.
     Created,
-    /// The object differed and was written.
+    /// The object differed from a new desired state and was written.
     Updated,
+    /// Someone else had changed the object; it was written back to the desired state.
+    Restored,
     /// The object already matched: nothing was written.
     Unchanged,
     /// The object was deleted (recorded by callers that delete; [`ensure`] never deletes).
@@ -66,11 +81,12 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// `created`, `updated` or `unchanged` (the metric label).
+    /// `created`, `updated`, `restored`, `unchanged` or `deleted` (the metric label).
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Created => "created",
             Outcome::Updated => "updated",
+            Outcome::Restored => "restored",
             Outcome::Unchanged => "unchanged",
             Outcome::Deleted => "deleted",
         }
@@ -79,6 +95,36 @@ impl Outcome {
     /// Whether a write was sent.
     pub fn wrote(self) -> bool {
         self != Outcome::Unchanged
+    }
+}
+
+/// What [`ensure_with`] did, and what it found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Applied {
+    pub outcome: Outcome,
+    /// `Kind namespace/name` of the object.
+    pub object: String,
+    /// The object (apiVersion, kind, namespace, name, and its UID when it exists), for an Event's
+    /// `related` field.
+    pub reference: k8s_openapi::api::core::v1::ObjectReference,
+    /// For a write to an existing object: the first field that differed and how
+    /// (`.spec.externalIPs was added`).
+    pub detail: Option<String>,
+    /// For [`Outcome::Restored`]: the field manager that last wrote the object before the
+    /// restore, when the server recorded one (`kubectl-edit`).
+    pub changed_by: Option<String>,
+}
+
+impl Applied {
+    /// An Event note for a restore: `Service ns/app: .spec.externalIPs was added (by kubectl-edit); restored`.
+    /// `None` for any other outcome.
+    pub fn restore_note(&self) -> Option<String> {
+        if self.outcome != Outcome::Restored {
+            return None;
+        }
+        let detail = self.detail.as_deref().unwrap_or("it differed");
+        let by = self.changed_by.as_deref().map(|m| format!(" (by {m})")).unwrap_or_default();
+        Some(format!("{}: {detail}{by}; restored to what the operator builds", self.object))
     }
 }
 
@@ -94,12 +140,88 @@ const SERVER_METADATA: &[&str] = &[
     "deletionGracePeriodSeconds",
 ];
 
-/// Make sure the live object matches `desired`, writing it with server-side apply (forced, as
-/// `field_manager`) only when it does not. See the [module documentation](self) for the
-/// comparison. `desired` needs `metadata.name`; its namespace is the `api`'s.
+/// The metadata fields an owned object's comparison covers; the rest is the server's.
+const COMPARED_METADATA: &[&str] = &["labels", "annotations", "ownerReferences", "finalizers"];
+
+/// Whether every annotation of this kind is the operator's: an Ingress's annotations configure
+/// the ingress controller (`nginx.ingress.kubernetes.io/server-snippet` runs configuration
+/// there), so none may be added by hand.
+pub fn owns_all_annotations(api_version: &str, kind: &str) -> bool {
+    kind == "Ingress" && api_version.starts_with("networking.k8s.io/")
+}
+
+/// The desired objects this process has seen the live object match, by object: the UID and
+/// `resourceVersion` it had and the digest of the desired object. Clones share the map.
+///
+/// While the live object keeps that `resourceVersion` and the desired object that digest,
+/// [`ensure_with`] needs no dry run. Entries are dropped by [`Verified::forget_namespace`] and
+/// [`Verified::forget`] (callers do so when the owner goes); a stale entry costs nothing but
+/// memory, since a recreated object has another UID.
+#[derive(Clone, Debug, Default)]
+pub struct Verified {
+    map: Arc<Mutex<HashMap<ObjectKey, Stamp>>>,
+}
+
+/// An object's identity in [`Verified`]: kind, namespace (empty for cluster-scoped) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectKey {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stamp {
+    uid: String,
+    resource_version: String,
+    digest: u64,
+}
+
+impl Verified {
+    fn get(&self, key: &ObjectKey) -> Option<Stamp> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+    }
+
+    fn set(&self, key: ObjectKey, stamp: Stamp) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, stamp);
+    }
+
+    /// Forget every object in `namespace`, and the Namespace object of that name.
+    pub fn forget_namespace(&self, namespace: &str) {
+        self.forget(|k| k.namespace == namespace || (k.kind == "Namespace" && k.name == namespace));
+    }
+
+    /// Forget the objects `which` selects.
+    pub fn forget(&self, which: impl Fn(&ObjectKey) -> bool) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| !which(k));
+    }
+
+    /// How many objects are remembered.
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Make sure the live object matches `desired` (see the [module documentation](self)), with no
+/// memory of earlier checks: a dry run is sent whenever the fields `desired` sets all match.
 pub async fn ensure<K>(api: &Api<K>, desired: &K, field_manager: &str) -> Result<Outcome>
 where
-    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    Ok(ensure_with(api, desired, field_manager, &Verified::default()).await?.outcome)
+}
+
+/// Make sure the live object matches `desired`, writing it (as `field_manager`) only when it does
+/// not, and remembering verified objects in `verified`. See the [module documentation](self).
+/// `desired` needs `metadata.name`; its namespace is the `api`'s.
+pub async fn ensure_with<K>(api: &Api<K>, desired: &K, field_manager: &str, verified: &Verified) -> Result<Applied>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
     let body = apply_body(desired)?;
     let name = desired
@@ -108,40 +230,290 @@ where
         .as_deref()
         .filter(|n| !n.is_empty())
         .ok_or_else(|| Error::invalid("metadata.name", "the desired object needs a name"))?;
-    let kind = body.get("kind").and_then(Value::as_str).unwrap_or("object").to_string();
-    let what =
-        format!("{kind} {}", desired.meta().namespace.as_deref().map_or(name.to_string(), |ns| format!("{ns}/{name}")));
+    let kind = K::kind(&()).into_owned();
+    let api_version = K::api_version(&()).into_owned();
+    let namespace = api.namespace().unwrap_or_default().to_string();
+    let what = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
     if field_manager.is_empty() {
         return Err(Error::invalid("field manager", "must not be empty: use the controller's name"));
     }
+    let key = ObjectKey { kind: kind.clone(), namespace: namespace.clone(), name: name.to_string() };
+    let digest = digest_of(&body);
 
-    let live = api.get_opt(name).await.map_err(|e| Error::kube(format!("get {what}"), e))?;
-    let outcome = match &live {
-        None => Outcome::Created,
-        Some(live) => {
-            let live = serde_json::to_value(live)
-                .map_err(|source| Error::Json { action: format!("serializing live {what}"), source })?;
-            let stale = first_difference(&body, &live).map(|p| format!("{p} differs")).or_else(|| {
-                first_owned_not_desired(&live, field_manager, &body).map(|p| format!("{p} is no longer desired"))
-            });
-            match stale {
-                None => {
-                    tracing::debug!(object = %what, "up to date, not written");
-                    return Ok(Outcome::Unchanged);
-                }
-                Some(why) => {
-                    tracing::info!(object = %what, field_manager, "{why}: applying");
-                    Outcome::Updated
-                }
+    let ar = ApiResource::erase::<K>(&());
+    let client: Client = api.clone().into();
+    let dynamic: Api<DynamicObject> =
+        if namespace.is_empty() { Api::all_with(client, &ar) } else { Api::namespaced_with(client, &namespace, &ar) };
+    let target = Target { api, dynamic: &dynamic, name, what: &what, field_manager, key, digest };
+    // Another writer (a workload controller updating status, moving the resourceVersion between
+    // the read and the write) makes the write fail with a conflict: read again and redo, as
+    // client-go's RetryOnConflict does.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match ensure_once(&target, &body, &api_version, &kind, verified).await {
+            Err(Error::Kube { source: kube::Error::Api(s), .. }) if s.code == 409 && attempt < CONFLICT_ATTEMPTS => {
+                tracing::debug!(object = %what, attempt, "conflict: reading again");
             }
+            other => return other,
+        }
+    }
+}
+
+/// How many times [`ensure_with`] reads and tries again after a write conflict.
+const CONFLICT_ATTEMPTS: u32 = 5;
+
+/// What one [`ensure_with`] attempt works on.
+struct Target<'a, K> {
+    api: &'a Api<K>,
+    dynamic: &'a Api<DynamicObject>,
+    name: &'a str,
+    what: &'a str,
+    field_manager: &'a str,
+    key: ObjectKey,
+    digest: u64,
+}
+
+async fn ensure_once<K>(
+    t: &Target<'_, K>,
+    body: &Value,
+    api_version: &str,
+    kind: &str,
+    verified: &Verified,
+) -> Result<Applied>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let Target { api, dynamic, name, what, field_manager, digest, .. } = *t;
+    let key = t.key.clone();
+    let reference = |uid: Option<&String>| k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(api_version.to_string()),
+        kind: Some(kind.to_string()),
+        namespace: Some(t.key.namespace.clone()).filter(|n| !n.is_empty()),
+        name: Some(name.to_string()),
+        uid: uid.cloned(),
+        ..Default::default()
+    };
+    let applied = |outcome, detail, changed_by, uid: Option<&String>| Applied {
+        outcome,
+        object: what.to_string(),
+        reference: reference(uid),
+        detail,
+        changed_by,
+    };
+    let live = dynamic.get_opt(name).await.map_err(|e| Error::kube(format!("get {what}"), e))?;
+    let Some(live) = live else {
+        tracing::info!(object = %what, field_manager, "absent: creating");
+        let params = PatchParams::apply(field_manager).force();
+        let created =
+            api.patch(name, &params, &Patch::Apply(body)).await.map_err(|e| Error::kube(format!("apply {what}"), e))?;
+        if let Some(stamp) = stamp_of(created.meta(), digest) {
+            verified.set(key, stamp);
+        }
+        return Ok(applied(Outcome::Created, None, None, created.meta().uid.as_ref()));
+    };
+    let Some(live_stamp) = stamp_of(&live.metadata, digest) else {
+        return Err(Error::invalid("live object", format!("{what} has no uid or resourceVersion")));
+    };
+    let prior = verified.get(&key);
+    if prior.as_ref() == Some(&live_stamp) {
+        tracing::debug!(object = %what, "verified before, not written");
+        return Ok(applied(Outcome::Unchanged, None, None, Some(&live_stamp.uid)));
+    }
+    let live_json = serde_json::to_value(&live)
+        .map_err(|source| Error::Json { action: format!("serializing live {what}"), source })?;
+    let replacement = replacement(body, &live_json, owns_all_annotations(api_version, kind));
+    let replacement: DynamicObject = serde_json::from_value(replacement)
+        .map_err(|source| Error::Json { action: format!("building the replacement of {what}"), source })?;
+
+    let params = PostParams { dry_run: true, field_manager: Some(field_manager.to_string()) };
+    let dry = dynamic
+        .replace(name, &params, &replacement)
+        .await
+        .map_err(|e| Error::kube(format!("dry-run update of {what}"), e))?;
+    let dry = serde_json::to_value(&dry)
+        .map_err(|source| Error::Json { action: format!("serializing the dry run of {what}"), source })?;
+    let Some(detail) = first_change(&dry, &live_json) else {
+        tracing::debug!(object = %what, "matches its server-side dry run, not written");
+        let uid = live_stamp.uid.clone();
+        verified.set(key, live_stamp);
+        return Ok(applied(Outcome::Unchanged, None, None, Some(&uid)));
+    };
+    // Whose change is it? The operator's own when the desired object changed since this process
+    // last wrote or verified it. Without that memory (after a restart): someone else's when every
+    // field the operator sets still matches and the live object has more, unless it is a field
+    // the operator applied before and no longer sets (managedFields); unknown otherwise.
+    let restored = match &prior {
+        Some(p) if p.uid == live_stamp.uid => p.digest == digest,
+        _ => {
+            first_difference(body, &live_json).is_none()
+                && first_owned_not_desired(&live_json, field_manager, body).is_none()
         }
     };
-    if outcome == Outcome::Created {
-        tracing::info!(object = %what, field_manager, "absent: creating");
+    let outcome = if restored { Outcome::Restored } else { Outcome::Updated };
+    let changed_by = if restored { last_writer(&live_json, field_manager) } else { None };
+    tracing::info!(object = %what, field_manager, outcome = outcome.as_str(), "{detail}: writing");
+    let params = PostParams { dry_run: false, field_manager: Some(field_manager.to_string()) };
+    let written =
+        dynamic.replace(name, &params, &replacement).await.map_err(|e| Error::kube(format!("update {what}"), e))?;
+    if let Some(stamp) = stamp_of(&written.metadata, digest) {
+        verified.set(key, stamp);
     }
-    let params = PatchParams::apply(field_manager).force();
-    api.patch(name, &params, &Patch::Apply(&body)).await.map_err(|e| Error::kube(format!("apply {what}"), e))?;
-    Ok(outcome)
+    Ok(applied(outcome, Some(detail), changed_by, written.metadata.uid.as_ref()))
+}
+
+fn stamp_of(meta: &kube::api::ObjectMeta, digest: u64) -> Option<Stamp> {
+    Some(Stamp { uid: meta.uid.clone()?, resource_version: meta.resource_version.clone()?, digest })
+}
+
+/// A digest of the desired object, stable within a process.
+fn digest_of(body: &Value) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    body.to_string().hash(&mut h);
+    h.finish()
+}
+
+/// The object to write over `live`: `body` (what the operator builds), plus the live object's
+/// labels, annotations and finalizers that are not the operator's, with the live UID as a
+/// precondition. No `resourceVersion`: the write is unconditional, since what it writes does not
+/// depend on the fields others change meanwhile (a workload controller writes status many times
+/// during a rollout, and a precondition on it would conflict again and again).
+pub fn replacement(body: &Value, live: &Value, all_annotations_owned: bool) -> Value {
+    let mut out = body.clone();
+    let Some(meta) = out.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| Value::Object(Map::new())))
+    else {
+        return out;
+    };
+    let Some(meta) = meta.as_object_mut() else { return out };
+    if let Some(v) = live.pointer("/metadata/uid") {
+        meta.insert("uid".into(), v.clone());
+    }
+    let foreign_labels = foreign(meta.get("labels"), live.pointer("/metadata/labels"));
+    merge_into(meta, "labels", foreign_labels);
+    if !all_annotations_owned {
+        let foreign_annotations = foreign(meta.get("annotations"), live.pointer("/metadata/annotations"));
+        merge_into(meta, "annotations", foreign_annotations);
+    }
+    let mut finalizers: Vec<Value> =
+        live.pointer("/metadata/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
+    for f in meta.get("finalizers").and_then(Value::as_array).into_iter().flatten() {
+        if !finalizers.contains(f) {
+            finalizers.push(f.clone());
+        }
+    }
+    if !finalizers.is_empty() {
+        meta.insert("finalizers".into(), Value::Array(finalizers));
+    }
+    out
+}
+
+/// The live labels (or annotations) that are not the operator's: not set by it and not under a
+/// prefix (`example.com/` of `example.com/key`) it uses.
+fn foreign(desired: Option<&Value>, live: Option<&Value>) -> Map<String, Value> {
+    let desired = desired.and_then(Value::as_object);
+    let prefixes: Vec<&str> =
+        desired.into_iter().flat_map(|m| m.keys()).filter_map(|k| k.split_once('/').map(|(p, _)| p)).collect();
+    let mut out = Map::new();
+    for (k, v) in live.and_then(Value::as_object).into_iter().flatten() {
+        let ours =
+            desired.is_some_and(|d| d.contains_key(k)) || k.split_once('/').is_some_and(|(p, _)| prefixes.contains(&p));
+        if !ours {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    out
+}
+
+fn merge_into(meta: &mut Map<String, Value>, field: &str, extra: Map<String, Value>) {
+    if extra.is_empty() {
+        return;
+    }
+    let entry = meta.entry(field).or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    if let Some(m) = entry.as_object_mut() {
+        for (k, v) in extra {
+            m.entry(k).or_insert(v);
+        }
+    }
+}
+
+/// The first difference between what the server would make of the desired object (`expected`,
+/// a dry run) and the `live` object, over the content and the compared metadata, said the way
+/// an Event says it (`.spec.externalIPs was added`), or `None` when they are equal.
+pub fn first_change(expected: &Value, live: &Value) -> Option<String> {
+    let empty = Map::new();
+    let e = expected.as_object().unwrap_or(&empty);
+    let l = live.as_object().unwrap_or(&empty);
+    let mut keys: Vec<&String> = e.keys().chain(l.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        if matches!(k.as_str(), "apiVersion" | "kind" | "status") {
+            continue;
+        }
+        if k == "metadata" {
+            for m in COMPARED_METADATA {
+                let ev = e.get("metadata").and_then(|v| v.get(*m));
+                let lv = l.get("metadata").and_then(|v| v.get(*m));
+                if let Some(d) = change_at(&format!(".metadata.{m}"), ev, lv) {
+                    return Some(d);
+                }
+            }
+            continue;
+        }
+        if let Some(d) = change_at(&format!(".{k}"), e.get(k), l.get(k)) {
+            return Some(d);
+        }
+    }
+    None
+}
+
+fn change_at(path: &str, expected: Option<&Value>, live: Option<&Value>) -> Option<String> {
+    let expected = expected.filter(|v| !is_empty_value(v) || matches!(v, Value::Bool(_) | Value::Number(_)));
+    let live = live.filter(|v| !is_empty_value(v) || matches!(v, Value::Bool(_) | Value::Number(_)));
+    match (expected, live) {
+        (None, None) => None,
+        (None, Some(_)) => Some(format!("{path} was added")),
+        (Some(_), None) => Some(format!("{path} was removed")),
+        (Some(Value::Object(e)), Some(Value::Object(l))) => {
+            let mut keys: Vec<&String> = e.keys().chain(l.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter().find_map(|k| change_at(&format!("{path}.{k}"), e.get(k), l.get(k)))
+        }
+        (Some(Value::Array(e)), Some(Value::Array(l))) => {
+            if let Some(d) = e
+                .iter()
+                .zip(l)
+                .enumerate()
+                .find_map(|(i, (ev, lv))| change_at(&format!("{path}[{i}]"), Some(ev), Some(lv)))
+            {
+                return Some(d);
+            }
+            match e.len().cmp(&l.len()) {
+                std::cmp::Ordering::Less => Some(format!("{path}[{}] was added", e.len())),
+                std::cmp::Ordering::Greater => Some(format!("{path}[{}] was removed", l.len())),
+                std::cmp::Ordering::Equal => None,
+            }
+        }
+        (Some(Value::Number(a)), Some(Value::Number(b))) if a.as_f64() == b.as_f64() => None,
+        (Some(e), Some(l)) if e == l => None,
+        (Some(_), Some(_)) => Some(format!("{path} was changed")),
+    }
+}
+
+/// The field manager of the newest `managedFields` entry that is not `ours`.
+fn last_writer(live: &Value, ours: &str) -> Option<String> {
+    live.pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .filter(|e| e.get("manager").and_then(Value::as_str).is_some_and(|m| m != ours))
+        .filter(|e| e.get("subresource").and_then(Value::as_str).is_none_or(str::is_empty))
+        .max_by_key(|e| e.get("time").and_then(Value::as_str).unwrap_or("").to_string())
+        .and_then(|e| e.get("manager").and_then(Value::as_str))
+        .map(str::to_string)
 }
 
 /// The JSON written by [`ensure`]: `desired` without `status` and server-set metadata.
@@ -307,12 +679,13 @@ struct WriteLabels {
     outcome: String,
 }
 
-/// Counts [`ensure`] outcomes; clones share the counts. Export them with
-/// [`WriteCounter::register`] as `<prefix>_apply_total{kind, outcome}`.
+/// Counts [`ensure`] outcomes; clones share the counts and the [`Verified`] objects. Export the
+/// counts with [`WriteCounter::register`] as `<prefix>_apply_total{kind, outcome}`.
 #[derive(Clone, Debug, Default)]
 pub struct WriteCounter {
-    totals: Arc<[AtomicU64; 4]>,
+    totals: Arc<[AtomicU64; 5]>,
     family: Family<WriteLabels, Counter>,
+    verified: Verified,
 }
 
 impl WriteCounter {
@@ -325,7 +698,7 @@ impl WriteCounter {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "apply",
-            "Writes to the API and the compare-then-write checks that needed none, by kind and outcome (created, updated, deleted, unchanged)",
+            "Writes to the API and the compare-then-write checks that needed none, by kind and outcome (created, updated, restored, deleted, unchanged)",
             self.family.clone(),
         );
     }
@@ -341,20 +714,35 @@ impl WriteCounter {
         self.totals[index(outcome)].load(Ordering::Relaxed)
     }
 
-    /// Writes sent: created, updated and deleted.
+    /// Writes sent: created, updated, restored and deleted.
     pub fn writes(&self) -> u64 {
-        self.get(Outcome::Created) + self.get(Outcome::Updated) + self.get(Outcome::Deleted)
+        self.get(Outcome::Created)
+            + self.get(Outcome::Updated)
+            + self.get(Outcome::Restored)
+            + self.get(Outcome::Deleted)
     }
 
-    /// [`ensure`], counted.
+    /// The objects verified so far; forget them when their owner goes.
+    pub fn verified(&self) -> &Verified {
+        &self.verified
+    }
+
+    /// [`ensure_with`] on this counter's [`Verified`] objects, counted; the outcome only.
     pub async fn ensure<K>(&self, api: &Api<K>, desired: &K, field_manager: &str) -> Result<Outcome>
     where
-        K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+        K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     {
-        let outcome = ensure(api, desired, field_manager).await?;
-        let kind = apply_body(desired)?.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
-        self.record(&kind, outcome);
-        Ok(outcome)
+        Ok(self.ensure_detailed(api, desired, field_manager).await?.outcome)
+    }
+
+    /// [`ensure_with`] on this counter's [`Verified`] objects, counted.
+    pub async fn ensure_detailed<K>(&self, api: &Api<K>, desired: &K, field_manager: &str) -> Result<Applied>
+    where
+        K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+    {
+        let applied = ensure_with(api, desired, field_manager, &self.verified).await?;
+        self.record(&K::kind(&()), applied.outcome);
+        Ok(applied)
     }
 }
 
@@ -364,6 +752,7 @@ fn index(o: Outcome) -> usize {
         Outcome::Updated => 1,
         Outcome::Unchanged => 2,
         Outcome::Deleted => 3,
+        Outcome::Restored => 4,
     }
 }
 
@@ -445,6 +834,68 @@ mod tests {
             json!({"metadata": {"labels": {"app": "x"}}, "spec": {"ports": [{"port": 80}], "finalizers": []}});
         assert_eq!(first_owned_not_desired(&live, "op", &desired).as_deref(), Some(".spec.finalizers[\"a\"]"));
         assert_eq!(first_owned_not_desired(&live, "nobody", &json!({})), None);
+    }
+
+    #[test]
+    fn replacement_keeps_foreign_metadata_but_not_under_our_prefixes() {
+        let body = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "app",
+            "labels": {"vesper.eventide.dev/preview": "p", "app": "x"},
+            "annotations": {"vesper.eventide.dev/note": "n"}},
+            "spec": {"ports": [{"port": 80}]}});
+        let live = json!({"metadata": {"name": "app", "uid": "u1", "resourceVersion": "9",
+            "labels": {"vesper.eventide.dev/preview": "p", "vesper.eventide.dev/extra": "evil", "app": "y", "team": "t"},
+            "annotations": {"note": "keep", "vesper.eventide.dev/note": "changed"},
+            "finalizers": ["example.com/hold"]},
+            "spec": {"ports": [{"port": 80}], "externalIPs": ["1.2.3.4"]}});
+        let r = replacement(&body, &live, false);
+        assert_eq!(r["metadata"]["uid"], "u1");
+        assert_eq!(r["metadata"].get("resourceVersion"), None, "an unconditional write");
+        assert_eq!(r["metadata"]["labels"], json!({"vesper.eventide.dev/preview": "p", "app": "x", "team": "t"}));
+        assert_eq!(r["metadata"]["annotations"], json!({"vesper.eventide.dev/note": "n", "note": "keep"}));
+        assert_eq!(r["metadata"]["finalizers"], json!(["example.com/hold"]));
+        assert_eq!(r["spec"], json!({"ports": [{"port": 80}]}), "the content is the operator's alone");
+        let r = replacement(&body, &live, true);
+        assert_eq!(r["metadata"]["annotations"], json!({"vesper.eventide.dev/note": "n"}), "all annotations owned");
+        assert!(owns_all_annotations("networking.k8s.io/v1", "Ingress"));
+        assert!(!owns_all_annotations("v1", "Service"));
+    }
+
+    #[test]
+    fn first_change_names_what_was_added_changed_or_removed() {
+        let dry = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a", "resourceVersion": "1",
+            "labels": {"app": "x"}}, "spec": {"type": "ClusterIP", "ports": [{"port": 80}]}, "status": {}});
+        let mut live = dry.clone();
+        live["metadata"]["resourceVersion"] = json!("7");
+        live["metadata"]["managedFields"] = json!([{"manager": "kubectl-edit"}]);
+        live["status"] = json!({"loadBalancer": {"ingress": [{"ip": "1.1.1.1"}]}});
+        assert_eq!(first_change(&dry, &live), None, "server metadata and status are not compared");
+        live["spec"]["externalIPs"] = json!(["1.2.3.4"]);
+        assert_eq!(first_change(&dry, &live).as_deref(), Some(".spec.externalIPs was added"));
+        let mut live = dry.clone();
+        live["spec"]["type"] = json!("LoadBalancer");
+        assert_eq!(first_change(&dry, &live).as_deref(), Some(".spec.type was changed"));
+        let mut live = dry.clone();
+        live["spec"]["ports"] = json!([{"port": 80}, {"port": 22}]);
+        assert_eq!(first_change(&dry, &live).as_deref(), Some(".spec.ports[1] was added"));
+        let mut live = dry.clone();
+        live["metadata"]["labels"] = json!({"other": "y"});
+        assert_eq!(first_change(&dry, &live).as_deref(), Some(".metadata.labels.app was removed"));
+        live["metadata"]["labels"] = json!({});
+        assert_eq!(first_change(&dry, &live).as_deref(), Some(".metadata.labels was removed"));
+        let mut live = dry.clone();
+        live["metadata"]["ownerReferences"] = json!([{"uid": "x"}]);
+        assert_eq!(first_change(&dry, &live).as_deref(), Some(".metadata.ownerReferences was added"));
+    }
+
+    #[test]
+    fn last_writer_is_the_newest_other_manager() {
+        let live = json!({"metadata": {"managedFields": [
+            {"manager": "op", "operation": "Apply", "time": "2026-01-01T00:00:09Z"},
+            {"manager": "kubectl-edit", "operation": "Update", "time": "2026-01-01T00:00:05Z"},
+            {"manager": "kubelet", "operation": "Update", "subresource": "status", "time": "2026-01-01T00:00:08Z"},
+            {"manager": "helm", "operation": "Update", "time": "2026-01-01T00:00:02Z"}]}});
+        assert_eq!(last_writer(&live, "op").as_deref(), Some("kubectl-edit"));
+        assert_eq!(last_writer(&json!({}), "op"), None);
     }
 
     #[test]

@@ -66,6 +66,20 @@ impl EventPublisher {
         action: &str,
         note: Option<&str>,
     ) -> Result<()> {
+        self.publish_related(regarding, None, type_, reason, action, note).await
+    }
+
+    /// [`EventPublisher::publish`] with a second object the Event is about (`related`: the
+    /// object a controller restored, say). Repeats are counted per (regarding, related) pair.
+    pub async fn publish_related(
+        &self,
+        regarding: &ObjectReference,
+        related: Option<&ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: Option<&str>,
+    ) -> Result<()> {
         check_word("event reason", reason)?;
         check_word("event action", action)?;
         let event = Event {
@@ -73,7 +87,7 @@ impl EventPublisher {
             reason: reason.to_string(),
             note: note.map(|n| truncate(n, MAX_NOTE_BYTES)),
             action: action.to_string(),
-            secondary: None,
+            secondary: related.cloned(),
         };
         let what = describe(regarding);
         tracing::debug!(object = %what, ?type_, reason, action, "publishing event");

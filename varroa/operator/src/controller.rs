@@ -81,6 +81,7 @@ impl Context {
             }
         });
         let events = opkit::events::EventPublisher::new(client.clone(), MANAGER, std::env::var("POD_NAME").ok());
+        let fetcher = crate::fetch::fetcher(&config);
         Context {
             client,
             config,
@@ -88,7 +89,7 @@ impl Context {
             events,
             mites,
             world,
-            fetcher: varroa_sources::Fetcher::new(varroa_sources::FetchOptions::default(), None),
+            fetcher,
             world_ready,
             failures: Mutex::new(HashMap::new()),
             dwell: Mutex::new(HashMap::new()),
@@ -97,12 +98,21 @@ impl Context {
     }
 
     async fn event(&self, c: &Controller, note: &status::Note) {
+        self.event_related(c, None, "Reconcile", note).await
+    }
+
+    /// [`Context::event`], also about a `related` object (the one restored, say).
+    async fn event_related(
+        &self,
+        c: &Controller,
+        related: Option<&k8s_openapi::api::core::v1::ObjectReference>,
+        action: &str,
+        note: &status::Note,
+    ) {
+        use opkit::events::EventType;
         let r = c.object_ref(&());
-        let res = if note.warning {
-            self.events.warning(&r, &note.reason, "Reconcile", &note.message).await
-        } else {
-            self.events.normal(&r, &note.reason, "Reconcile", &note.message).await
-        };
+        let type_ = if note.warning { EventType::Warning } else { EventType::Normal };
+        let res = self.events.publish_related(&r, related, type_, &note.reason, action, Some(&note.message)).await;
         match res {
             Ok(()) => self.metrics.writes.record("Event", opkit::apply::Outcome::Created),
             Err(e) => tracing::warn!(controller = %key_of(c), error = %e, "could not record an event"),
@@ -201,7 +211,9 @@ pub fn key_of(c: &Controller) -> String {
     format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any())
 }
 
-async fn ensure<K>(ctx: &Context, ns: &str, desired: &K) -> Result<()>
+/// Make sure one of the controller's objects is what it should be; a change someone else made is
+/// put back and recorded as a Warning Event (`Restored`) on the controller.
+async fn ensure<K>(ctx: &Context, c: &Controller, desired: &K) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -209,8 +221,13 @@ where
         + Serialize
         + DeserializeOwned,
 {
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
-    ctx.metrics.writes.ensure(&api, desired, MANAGER).await?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &c.namespace().unwrap_or_default());
+    let applied = ctx.metrics.writes.ensure_detailed(&api, desired, MANAGER).await?;
+    if let Some(message) = applied.restore_note() {
+        tracing::warn!(controller = %key_of(c), "{message}");
+        let note = status::Note { warning: true, reason: "Restored".into(), message };
+        ctx.event_related(c, Some(&applied.reference), "Restore", &note).await;
+    }
     Ok(())
 }
 
@@ -293,16 +310,16 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
     let hibernated = hibernating(ctx, c, &r, &mite).await?;
     let pod_inputs = PodInputs { update_site: site, ca_fingerprint: &ca.fingerprint(), hibernated };
     let steps = async {
-        ensure(ctx, &ns, &objects::service_account(c)).await?;
-        ensure(ctx, &ns, &objects::agents_role(c)).await?;
-        ensure(ctx, &ns, &objects::agents_role_binding(c)).await?;
-        ensure(ctx, &ns, &objects::config_map(c, &r)).await?;
+        ensure(ctx, c, &objects::service_account(c)).await?;
+        ensure(ctx, c, &objects::agents_role(c)).await?;
+        ensure(ctx, c, &objects::agents_role_binding(c)).await?;
+        ensure(ctx, c, &objects::config_map(c, &r)).await?;
         crate::certs::ensure_mite_secret(ctx, c, &ca).await?;
-        ensure(ctx, &ns, &objects::service(c)).await?;
-        ensure(ctx, &ns, &objects::headless_service(c)).await?;
-        ensure(ctx, &ns, &objects::stateful_set(c, &r, &ctx.config, &pod_inputs)).await?;
+        ensure(ctx, c, &objects::service(c)).await?;
+        ensure(ctx, c, &objects::headless_service(c)).await?;
+        ensure(ctx, c, &objects::stateful_set(c, &r, &ctx.config, &pod_inputs)).await?;
         match objects::ingress(c, &r) {
-            Some(i) => ensure(ctx, &ns, &i).await?,
+            Some(i) => ensure(ctx, c, &i).await?,
             None => {
                 let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns);
                 if let Some(live) =

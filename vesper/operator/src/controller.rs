@@ -82,12 +82,23 @@ impl Context {
 
     /// Record an Event about the preview (failures to record are logged, not fatal).
     pub async fn event(&self, pe: &PreviewEnvironment, warning: bool, reason: &str, action: &str, note: &str) {
+        self.event_related(pe, None, warning, reason, action, note).await
+    }
+
+    /// [`Context::event`], also about a `related` object (the one restored, say).
+    async fn event_related(
+        &self,
+        pe: &PreviewEnvironment,
+        related: Option<&k8s_openapi::api::core::v1::ObjectReference>,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        use opkit::events::EventType;
         let r = pe.object_ref(&());
-        let res = if warning {
-            self.events.warning(&r, reason, action, note).await
-        } else {
-            self.events.normal(&r, reason, action, note).await
-        };
+        let type_ = if warning { EventType::Warning } else { EventType::Normal };
+        let res = self.events.publish_related(&r, related, type_, reason, action, Some(note)).await;
         match res {
             Ok(()) => self.metrics.writes.record("Event", opkit::apply::Outcome::Created),
             Err(e) => tracing::warn!(preview = %pe.name_any(), error = %e, "could not record an event"),
@@ -135,6 +146,14 @@ impl Context {
         Ok(())
     }
 
+    /// Record a Warning Event when an object of the preview was changed by someone else and put
+    /// back ("restore, do not trust").
+    async fn restored(&self, pe: &PreviewEnvironment, applied: &opkit::apply::Applied) {
+        let Some(note) = applied.restore_note() else { return };
+        tracing::warn!(preview = %key_of(pe), "{note}");
+        self.event_related(pe, Some(&applied.reference), true, "Restored", "Restore", &note).await;
+    }
+
     /// Note that the preview expired; true the first time for this preview.
     fn first_expiry(&self, pe: &PreviewEnvironment) -> bool {
         self.expired.lock().map(|mut e| e.insert(pe.uid().unwrap_or_default())).unwrap_or(true)
@@ -147,6 +166,8 @@ impl Context {
         }
         // A preview recreated under the same name starts its conflict retries afresh.
         self.unblocked(&key_of(pe));
+        let ns = crate::naming::namespace_name(&pe.namespace().unwrap_or_default(), &pe.name_any());
+        self.metrics.writes.verified().forget_namespace(&ns);
     }
 
     /// When to check a blocked preview again: 1s, doubling to 5 minutes.
@@ -199,7 +220,8 @@ where
     {
         return Err(Error::Conflict { kind: K::kind(&()).into_owned(), namespace: namespace.into(), name });
     }
-    ctx.metrics.writes.ensure(&api, desired, MANAGER).await?;
+    let applied = ctx.metrics.writes.ensure_detailed(&api, desired, MANAGER).await?;
+    ctx.restored(pe, &applied).await;
     Ok(())
 }
 
@@ -249,7 +271,9 @@ async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Actio
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
     }
-    ctx.metrics.writes.ensure(&namespaces, &crate::namespace::namespace(pe, &ns_name), MANAGER).await?;
+    let applied =
+        ctx.metrics.writes.ensure_detailed(&namespaces, &crate::namespace::namespace(pe, &ns_name), MANAGER).await?;
+    ctx.restored(pe, &applied).await;
     // 5. Quota, limits, network isolation: before any pod.
     let cfg = &ctx.config;
     let guarded = async {
@@ -339,8 +363,12 @@ pub async fn reconcile(pe: Arc<PreviewEnvironment>, ctx: Arc<Context>) -> Result
     result
 }
 
-/// Retry a failed preview with a growing delay (0.5s doubling to 5m).
-pub fn error_policy(pe: Arc<PreviewEnvironment>, _err: &Error, ctx: Arc<Context>) -> Action {
+/// Retry a failed preview with a growing delay (0.5s doubling to 5m); an error in its spec is
+/// not retried (the status says what to fix, and a new generation reconciles it again).
+pub fn error_policy(pe: Arc<PreviewEnvironment>, err: &Error, ctx: Arc<Context>) -> Action {
+    if err.is_invalid_spec() {
+        return Action::await_change();
+    }
     Action::requeue(ctx.backoff(&key_of(&pe)))
 }
 

@@ -1236,26 +1236,22 @@ async fn deleting_the_conflicting_object_lets_the_preview_start() {
 
 // 23 -----------------------------------------------------------------------------------------
 
-// Least privilege: the operator writes with server-side apply and merge patches (PATCH), and
+// Least privilege: the operator creates with server-side apply, restores the objects of a preview
+// with a replacing update (PUT, opkit::apply), writes previews by merge and JSON patches, and
 // deletes only previews, preview namespaces and the Ingress it made (grep of vesper/operator/src:
-// `.delete(` on PreviewEnvironment, Namespace, Ingress; no `.replace(`/PUT anywhere; finalizers
-// set by merge patch, so no previewenvironments/finalizers). Everything else inside a preview
-// namespace goes with the namespace. deploy/vesper/rbac.yaml grants `update` on every kind and
-// `delete` on quotas, limit ranges, services, deployments and network policies, cluster-wide:
-// e.g. the operator's account may delete any Deployment in kube-system.
+// `.delete(` on PreviewEnvironment, Namespace, Ingress; finalizers set by merge patch, so no
+// previewenvironments/finalizers). Everything else inside a preview namespace goes with the
+// namespace. Where it may update is narrowed further by its admission policy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shipped_rbac_grants_nothing_the_operator_does_not_use() {
     let env = Env::cluster(cluster_options()).await;
     let mut excess = vec![];
     for (verb, group, resource, ns) in [
-        ("update", "apps", "deployments", Some("kube-system")),
         ("delete", "apps", "deployments", Some("kube-system")),
         ("delete", "", "services", Some("default")),
         ("delete", "", "resourcequotas", Some(TEAM)),
         ("delete", "", "limitranges", Some(TEAM)),
         ("delete", "networking.k8s.io", "networkpolicies", Some(TEAM)),
-        ("update", "", "namespaces", None),
-        ("update", "networking.k8s.io", "networkpolicies", Some(TEAM)),
         ("update", "vesper.eventide.dev", "previewenvironments", Some(TEAM)),
         ("update", "vesper.eventide.dev", "previewenvironments/finalizers", Some(TEAM)),
     ] {

@@ -59,7 +59,10 @@ async fn create_then_nothing_then_restore_a_hand_edit_and_leave_foreign_fields()
         &Patch::Merge(&edit),
     )
     .await?;
-    assert_eq!(writes.ensure(&api, &desired, FM).await?, Outcome::Updated);
+    let applied = writes.ensure_detailed(&api, &desired, FM).await?;
+    assert_eq!(applied.outcome, Outcome::Restored);
+    assert_eq!(applied.detail.as_deref(), Some(".data.ttl was changed"));
+    assert_eq!(applied.changed_by.as_deref(), Some("kubectl-edit"));
     let restored = api.get("owned").await?;
     assert_eq!(restored.data.as_ref().and_then(|d| d.get("ttl")).map(String::as_str), Some("3600"));
     assert_eq!(writes.ensure(&api, &desired, FM).await?, Outcome::Unchanged);
@@ -82,6 +85,89 @@ async fn create_then_nothing_then_restore_a_hand_edit_and_leave_foreign_fields()
     assert_eq!(got.labels().get("team").map(String::as_str), Some("platform"));
     assert_eq!(writes.ensure(&api, &smaller, FM).await?, Outcome::Unchanged);
     assert_eq!(writes.writes(), 3);
+    assert_eq!((writes.get(Outcome::Updated), writes.get(Outcome::Restored)), (1, 1));
+    Ok(())
+}
+
+/// Fields someone else adds (that server-side apply alone would keep) are removed within one
+/// ensure; labels of others stay, labels under the operator's prefix go; a restart (no memory of
+/// earlier checks) tells the same by asking the server for a dry run.
+#[tokio::test]
+async fn fields_added_by_others_are_removed_and_server_defaults_are_not() -> anyhow::Result<()> {
+    let dc = cluster().await?;
+    let services: Api<Service> = Api::default_namespaced(dc.client());
+    let writes = WriteCounter::new();
+    let svc = Service {
+        metadata: ObjectMeta {
+            name: Some("app".into()),
+            labels: Some(labels(&[("example.dev/owner", "op"), ("app", "web")])),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            selector: Some(labels(&[("app", "web")])),
+            ports: Some(vec![ServicePort { port: 80, protocol: Some("TCP".into()), ..Default::default() }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    assert_eq!(writes.ensure(&services, &svc, FM).await?, Outcome::Created);
+    let created = services.get("app").await?;
+
+    // Unchanged, and a fresh process (no verified objects) agrees after one dry run.
+    assert_eq!(writes.ensure(&services, &svc, FM).await?, Outcome::Unchanged);
+    assert_eq!(ensure(&services, &svc, FM).await?, Outcome::Unchanged, "server defaults are not differences");
+    assert_eq!(services.get("app").await?.resource_version(), created.resource_version());
+
+    let tamper = |patch: serde_json::Value, manager: &str| {
+        let services = services.clone();
+        let manager = manager.to_string();
+        async move {
+            services
+                .patch(
+                    "app",
+                    &PatchParams { field_manager: Some(manager), ..Default::default() },
+                    &Patch::Merge(&patch),
+                )
+                .await
+        }
+    };
+    for (patch, added) in [
+        (serde_json::json!({"spec": {"externalIPs": ["203.0.113.7"]}}), ".spec.externalIPs was added"),
+        (serde_json::json!({"spec": {"sessionAffinity": "ClientIP"}}), ".spec.sessionAffinity was changed"),
+        (
+            serde_json::json!({"metadata": {"labels": {"example.dev/exposed": "yes"}}}),
+            ".metadata.labels.example.dev/exposed was added",
+        ),
+    ] {
+        tamper(patch.clone(), "kubectl-edit").await?;
+        let applied = writes.ensure_detailed(&services, &svc, FM).await?;
+        assert_eq!(applied.outcome, Outcome::Restored, "{patch}");
+        assert_eq!(applied.detail.as_deref(), Some(added));
+        assert_eq!(applied.changed_by.as_deref(), Some("kubectl-edit"));
+        assert!(applied.restore_note().is_some_and(|n| n.contains(added) && n.contains("default/app")), "{applied:?}");
+        let live = services.get("app").await?;
+        let spec = live.spec.clone().context("spec")?;
+        assert_eq!(spec.external_ips, None);
+        assert_eq!(spec.session_affinity.as_deref(), Some("None"));
+        assert_eq!(spec.cluster_ip, created.spec.as_ref().and_then(|s| s.cluster_ip.clone()), "cluster IP kept");
+        assert!(!live.labels().contains_key("example.dev/exposed"));
+        assert_eq!(writes.ensure(&services, &svc, FM).await?, Outcome::Unchanged);
+    }
+
+    // After a restart too (nothing verified): one dry run shows the added field.
+    tamper(serde_json::json!({"spec": {"externalIPs": ["203.0.113.8"]}}), "kubectl-edit").await?;
+    let fresh = WriteCounter::new();
+    assert_eq!(fresh.ensure(&services, &svc, FM).await?, Outcome::Restored);
+    assert_eq!(services.get("app").await?.spec.and_then(|s| s.external_ips), None);
+
+    // A label of another tool without the operator's prefix is theirs: it stays, nothing written.
+    tamper(serde_json::json!({"metadata": {"labels": {"team": "platform"}}}), "someone-else").await?;
+    let rv = services.get("app").await?.resource_version();
+    assert_eq!(writes.ensure(&services, &svc, FM).await?, Outcome::Unchanged);
+    assert_eq!(ensure(&services, &svc, FM).await?, Outcome::Unchanged);
+    let live = services.get("app").await?;
+    assert_eq!(live.resource_version(), rv);
+    assert_eq!(live.labels().get("team").map(String::as_str), Some("platform"));
     Ok(())
 }
 

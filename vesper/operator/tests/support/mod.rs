@@ -289,11 +289,17 @@ impl Env {
 
     /// Wait for an Event about the preview with this reason and type; return it.
     pub async fn wait_event(&self, name: &str, reason: &str, type_: &str) -> Event {
+        self.wait_event_with(name, reason, type_, "").await
+    }
+
+    /// Wait for an Event about the preview with this reason and type whose note contains `note`.
+    pub async fn wait_event_with(&self, name: &str, reason: &str, type_: &str, note: &str) -> Event {
         let api: Api<Event> = Api::namespaced(self.admin.clone(), TEAM);
         let matches = |e: &Event| {
             e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
                 && e.reason.as_deref() == Some(reason)
                 && e.type_.as_deref() == Some(type_)
+                && e.note.as_deref().unwrap_or_default().contains(note)
         };
         let stream = watcher(api, watcher::Config::default()).applied_objects();
         let found = tokio::time::timeout(WAIT, async {
