@@ -439,16 +439,35 @@ fn merge_into(meta: &mut Map<String, Value>, field: &str, extra: Map<String, Val
     }
 }
 
-/// The first difference between what the server would make of the desired object (`expected`,
-/// a dry run) and the `live` object, over the content and the compared metadata, said the way
-/// an Event says it (`.spec.externalIPs was added`), or `None` when they are equal.
+/// The differences between what the server would make of the desired object (`expected`, a dry
+/// run) and the `live` object, over the content and the compared metadata, said the way an Event
+/// says it (`.spec.externalIPs was added`; the first three, then `and N more`), or `None` when
+/// they are equal.
 pub fn first_change(expected: &Value, live: &Value) -> Option<String> {
+    let mut found = Vec::new();
+    let total = changes(expected, live, &mut found);
+    if found.is_empty() {
+        return None;
+    }
+    let mut text = found.join(", ");
+    if total > found.len() {
+        text.push_str(&format!(" and {} more", total - found.len()));
+    }
+    Some(text)
+}
+
+/// How many differences [`first_change`] names at most.
+const NAMED_CHANGES: usize = 3;
+
+/// Collect the first [`NAMED_CHANGES`] differences into `found`; returns how many there are.
+fn changes(expected: &Value, live: &Value, found: &mut Vec<String>) -> usize {
     let empty = Map::new();
     let e = expected.as_object().unwrap_or(&empty);
     let l = live.as_object().unwrap_or(&empty);
     let mut keys: Vec<&String> = e.keys().chain(l.keys()).collect();
     keys.sort();
     keys.dedup();
+    let mut total = 0;
     for k in keys {
         if matches!(k.as_str(), "apiVersion" | "kind" | "status") {
             continue;
@@ -457,50 +476,52 @@ pub fn first_change(expected: &Value, live: &Value) -> Option<String> {
             for m in COMPARED_METADATA {
                 let ev = e.get("metadata").and_then(|v| v.get(*m));
                 let lv = l.get("metadata").and_then(|v| v.get(*m));
-                if let Some(d) = change_at(&format!(".metadata.{m}"), ev, lv) {
-                    return Some(d);
-                }
+                total += change_at(&format!(".metadata.{m}"), ev, lv, found);
             }
             continue;
         }
-        if let Some(d) = change_at(&format!(".{k}"), e.get(k), l.get(k)) {
-            return Some(d);
-        }
+        total += change_at(&format!(".{k}"), e.get(k), l.get(k), found);
     }
-    None
+    total
 }
 
-fn change_at(path: &str, expected: Option<&Value>, live: Option<&Value>) -> Option<String> {
-    let expected = expected.filter(|v| !is_empty_value(v) || matches!(v, Value::Bool(_) | Value::Number(_)));
-    let live = live.filter(|v| !is_empty_value(v) || matches!(v, Value::Bool(_) | Value::Number(_)));
-    match (expected, live) {
-        (None, None) => None,
-        (None, Some(_)) => Some(format!("{path} was added")),
-        (Some(_), None) => Some(format!("{path} was removed")),
+/// Record the differences under `path` (up to [`NAMED_CHANGES`] in all); returns their count.
+fn change_at(path: &str, expected: Option<&Value>, live: Option<&Value>, found: &mut Vec<String>) -> usize {
+    let present = |v: &&Value| !is_empty_value(v) || matches!(v, Value::Bool(_) | Value::Number(_));
+    let mut note = |what: String| {
+        if found.len() < NAMED_CHANGES {
+            found.push(what);
+        }
+        1
+    };
+    match (expected.filter(present), live.filter(present)) {
+        (None, None) => 0,
+        (None, Some(_)) => note(format!("{path} was added")),
+        (Some(_), None) => note(format!("{path} was removed")),
         (Some(Value::Object(e)), Some(Value::Object(l))) => {
             let mut keys: Vec<&String> = e.keys().chain(l.keys()).collect();
             keys.sort();
             keys.dedup();
-            keys.into_iter().find_map(|k| change_at(&format!("{path}.{k}"), e.get(k), l.get(k)))
+            keys.into_iter().map(|k| change_at(&format!("{path}.{k}"), e.get(k), l.get(k), found)).sum()
         }
         (Some(Value::Array(e)), Some(Value::Array(l))) => {
-            if let Some(d) = e
+            let mut n: usize = e
                 .iter()
                 .zip(l)
                 .enumerate()
-                .find_map(|(i, (ev, lv))| change_at(&format!("{path}[{i}]"), Some(ev), Some(lv)))
-            {
-                return Some(d);
+                .map(|(i, (ev, lv))| change_at(&format!("{path}[{i}]"), Some(ev), Some(lv), found))
+                .sum();
+            for i in e.len()..l.len() {
+                n += change_at(&format!("{path}[{i}]"), None, l.get(i), found);
             }
-            match e.len().cmp(&l.len()) {
-                std::cmp::Ordering::Less => Some(format!("{path}[{}] was added", e.len())),
-                std::cmp::Ordering::Greater => Some(format!("{path}[{}] was removed", l.len())),
-                std::cmp::Ordering::Equal => None,
+            for i in l.len()..e.len() {
+                n += change_at(&format!("{path}[{i}]"), e.get(i), None, found);
             }
+            n
         }
-        (Some(Value::Number(a)), Some(Value::Number(b))) if a.as_f64() == b.as_f64() => None,
-        (Some(e), Some(l)) if e == l => None,
-        (Some(_), Some(_)) => Some(format!("{path} was changed")),
+        (Some(Value::Number(a)), Some(Value::Number(b))) if a.as_f64() == b.as_f64() => 0,
+        (Some(e), Some(l)) if e == l => 0,
+        (Some(_), Some(_)) => note(format!("{path} was changed")),
     }
 }
 
@@ -882,6 +903,17 @@ mod tests {
         assert_eq!(first_change(&dry, &live).as_deref(), Some(".metadata.labels.app was removed"));
         live["metadata"]["labels"] = json!({});
         assert_eq!(first_change(&dry, &live).as_deref(), Some(".metadata.labels was removed"));
+        let mut live = dry.clone();
+        live["spec"]["type"] = json!("NodePort");
+        live["spec"]["externalTrafficPolicy"] = json!("Cluster");
+        live["spec"]["ports"] = json!([{"port": 80, "nodePort": 30001}]);
+        live["spec"]["externalIPs"] = json!(["1.2.3.4"]);
+        assert_eq!(
+            first_change(&dry, &live).as_deref(),
+            Some(
+                ".spec.externalIPs was added, .spec.externalTrafficPolicy was added, .spec.ports[0].nodePort was added and 1 more"
+            )
+        );
         let mut live = dry.clone();
         live["metadata"]["ownerReferences"] = json!([{"uid": "x"}]);
         assert_eq!(first_change(&dry, &live).as_deref(), Some(".metadata.ownerReferences was added"));
