@@ -9,7 +9,9 @@
 //!   (apimachinery's `meta.SetStatusCondition`);
 //! - [`events`]: `events.k8s.io/v1` Events through kube's `Recorder`;
 //! - [`apply`]: compare-then-write of owned objects with server-side apply;
-//! - [`process`]: signals, health, leader election and shutdown of an operator process;
+//! - [`process`]: signals, health, leader election and shutdown of an operator process, and
+//!   the API client's timeouts;
+//! - [`reconcile`]: a time limit for every reconcile;
 //! - [`error`]: the error type of all of them.
 //!
 //! Everything talks to the cluster through a `kube::Client`, so the tests run against
@@ -22,6 +24,7 @@ pub mod events;
 pub mod health;
 pub mod leader;
 pub mod process;
+pub mod reconcile;
 
 pub use error::{Error, Result};
 

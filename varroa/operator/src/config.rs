@@ -68,6 +68,22 @@ pub struct Config {
     /// Namespace of the leader Lease.
     #[arg(long, env = "VARROA_LEADER_ELECTION_NAMESPACE", default_value = "varroa-system")]
     pub leader_election_namespace: String,
+    /// After SIGTERM, how long in-flight reconciles may take before they are cancelled; then the
+    /// Lease is released and the process exits 0. Keep it at least 10s below the pod's
+    /// terminationGracePeriodSeconds.
+    #[arg(long, env = "VARROA_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// The longest one reconcile of a controller may take; past it the reconcile is stopped,
+    /// counted as an error (`timeout`) and retried with backoff. Keep it above --fetch-timeout.
+    #[arg(long, env = "VARROA_RECONCILE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub reconcile_timeout: Duration,
+    /// How long connecting to the Kubernetes API may take.
+    #[arg(long, env = "VARROA_KUBE_CONNECT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub kube_connect_timeout: Duration,
+    /// How long the Kubernetes API may stay silent in a response before the request fails (watches
+    /// carry a bookmark about every minute, so keep it above 60s).
+    #[arg(long, env = "VARROA_KUBE_READ_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub kube_read_timeout: Duration,
     /// The most bytes one Git or OCI bundle input may bring (its files, and the transfer that
     /// brings them); a transfer that passes it is stopped. Default 64 MiB.
     #[arg(long, env = "VARROA_FETCH_MAX_BYTES", default_value_t = varroa_sources::DEFAULT_MAX_BYTES,
@@ -107,6 +123,11 @@ impl Config {
         }
     }
 
+    /// The timeouts of every request to the API server.
+    pub fn client_timeouts(&self) -> opkit::process::ClientTimeouts {
+        opkit::process::ClientTimeouts { connect: self.kube_connect_timeout, read: self.kube_read_timeout }
+    }
+
     /// How bundle inputs are fetched: the limits of the `--fetch-*` flags.
     pub fn fetch_options(&self) -> varroa_sources::FetchOptions {
         varroa_sources::FetchOptions {
@@ -136,6 +157,10 @@ impl Config {
             health_addr: "127.0.0.1:0".parse().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0))),
             leader_elect: false,
             leader_election_namespace: "varroa-system".into(),
+            shutdown_grace: Duration::from_secs(20),
+            reconcile_timeout: Duration::from_secs(120),
+            kube_connect_timeout: Duration::from_secs(10),
+            kube_read_timeout: Duration::from_secs(120),
             fetch_max_bytes: varroa_sources::DEFAULT_MAX_BYTES,
             fetch_timeout: varroa_sources::DEFAULT_TIMEOUT,
             fetch_allow_private_hosts: false,

@@ -205,7 +205,59 @@ impl Context {
             d.insert(key_of(c), (Instant::now() + self.config.failed_dwell, c.metadata.generation));
         }
     }
+
+    /// Drop everything kept about controllers that are gone: `live` is every Controller that
+    /// exists (the controller's cache). Controllers have no finalizer, so a deleted one is never
+    /// reconciled again; [`run`] calls this every [`SWEEP_INTERVAL`] instead. Dropped: backoff and
+    /// dwell (by `namespace/name`), the last status written and the phase (by uid), and the
+    /// verified objects of the controller's namespace named `<name>` or `<name>-...` when no live
+    /// controller there has that name (forgetting one too many costs one dry run, never a write).
+    pub fn sweep(&self, live: &[Arc<Controller>]) {
+        let keys: std::collections::HashSet<String> = live.iter().map(|c| key_of(c)).collect();
+        let uids: std::collections::HashSet<String> = live.iter().filter_map(|c| c.uid()).collect();
+        if let Ok(mut f) = self.failures.lock() {
+            f.retain(|k, _| keys.contains(k));
+        }
+        if let Ok(mut d) = self.dwell.lock() {
+            d.retain(|k, _| keys.contains(k));
+        }
+        if let Ok(mut w) = self.written.lock() {
+            w.retain(|uid, _| uids.contains(uid));
+        }
+        self.metrics.retain_phases(|uid| uids.contains(uid));
+        // An object name `a-b-c` may belong to the controller `a-b-c`, `a-b` or `a`.
+        let owned_by_live = |ns: &str, name: &str| {
+            let mut candidate = name;
+            loop {
+                if keys.contains(&format!("{ns}/{candidate}")) {
+                    return true;
+                }
+                match candidate.rfind('-') {
+                    Some(i) => candidate = &candidate[..i],
+                    None => return false,
+                }
+            }
+        };
+        self.metrics.writes.verified().forget(|k| !owned_by_live(&k.namespace, &k.name));
+        self.tracked_objects();
+    }
+
+    /// How many entries this process keeps about controllers (backoff, dwell, last status
+    /// written, phase, verified objects); zero once every controller it saw is gone. Also
+    /// exported as the gauge `varroa_tracked_objects`.
+    pub fn tracked_objects(&self) -> usize {
+        let n = self.failures.lock().map(|m| m.len()).unwrap_or(0)
+            + self.dwell.lock().map(|m| m.len()).unwrap_or(0)
+            + self.written.lock().map(|m| m.len()).unwrap_or(0)
+            + self.metrics.tracked_phases()
+            + self.metrics.writes.verified().len();
+        self.metrics.tracked_objects.set(i64::try_from(n).unwrap_or(i64::MAX));
+        n
+    }
 }
+
+/// How often state kept about deleted controllers is dropped (see [`Context::sweep`]).
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 pub fn key_of(c: &Controller) -> String {
     format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any())
@@ -462,10 +514,14 @@ async fn replace_stuck_cells(
     Ok(next)
 }
 
-/// Reconcile one controller: the steps, metrics, and the error's backoff.
-pub async fn reconcile(c: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> {
+/// What ends a reconcile: an [`Error`], or `--reconcile-timeout`.
+pub type ReconcileError = opkit::reconcile::ReconcileError<Error>;
+
+/// Reconcile one controller within `--reconcile-timeout`: the steps, metrics, and the error's
+/// backoff.
+pub async fn reconcile(c: Arc<Controller>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
-    let result = reconcile_steps(&c, &ctx).await;
+    let result = opkit::reconcile::within(ctx.config.reconcile_timeout, reconcile_steps(&c, &ctx)).await;
     ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
     match &result {
         Ok(_) => {
@@ -474,15 +530,16 @@ pub async fn reconcile(c: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> 
         }
         Err(e) => {
             ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "error".into() }).inc();
-            ctx.metrics.errors.get_or_create(&ErrorLabels { error: e.metric_label().into() }).inc();
+            ctx.metrics.errors.get_or_create(&ErrorLabels { error: e.metric_label(Error::metric_label).into() }).inc();
             tracing::warn!(controller = %key_of(&c), error = %e, "reconcile failed");
         }
     }
+    ctx.tracked_objects();
     result
 }
 
-/// Retry a failed controller with a growing delay (1s doubling to 5m).
-pub fn error_policy(c: Arc<Controller>, _err: &Error, ctx: Arc<Context>) -> Action {
+/// Retry a failed or timed-out controller with a growing delay (1s doubling to 5m).
+pub fn error_policy(c: Arc<Controller>, _err: &ReconcileError, ctx: Arc<Context>) -> Action {
     Action::requeue(ctx.backoff(&key_of(&c)))
 }
 
@@ -508,7 +565,24 @@ pub async fn run(
     let mite_changes = mite_stream(mites.changes());
     let ctx = Arc::new(Context::new(client.clone(), config, metrics, mites, world.clone()));
     let triggers = futures::stream::select(world_changes, mite_changes);
-    kc.owns(Api::<StatefulSet>::all(client.clone()), ours.clone())
+    // Controllers have no finalizer: what is kept about deleted ones is dropped by a sweep
+    // against the controller's cache (complete once it has listed).
+    let sweeper = {
+        let (ctx, store) = (ctx.clone(), store.clone());
+        async move {
+            if store.wait_until_ready().await.is_err() {
+                return std::future::pending::<()>().await;
+            }
+            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                ctx.sweep(&store.state());
+            }
+        }
+    };
+    let controller = kc
+        .owns(Api::<StatefulSet>::all(client.clone()), ours.clone())
         .owns(Api::<ConfigMap>::all(client.clone()), ours.clone())
         .owns(Api::<Service>::all(client.clone()), ours.clone())
         .owns(Api::<ServiceAccount>::all(client.clone()), ours.clone())
@@ -523,8 +597,11 @@ pub async fn run(
             if let Err(e) = r {
                 tracing::debug!(error = %e, "controller");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = controller => {}
+        () = sweeper => {}
+    }
 }
 
 fn mite_stream(

@@ -73,7 +73,8 @@ fn main() {
 }
 
 async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
-    let kube_config = kube::Config::infer()
+    // Every request has a connect and a read timeout: a dead connection fails instead of hanging.
+    let kube_config = opkit::process::kube_config(config.client_timeouts())
         .await
         .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
     // Bundle inputs may never reach the API server the operator talks to (nor its in-cluster
@@ -94,12 +95,16 @@ async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
         metrics_addr: None,
         leader_elect: config.leader_elect,
         leader_election_namespace: config.leader_election_namespace.clone(),
-        shutdown_grace: std::time::Duration::from_secs(15),
+        shutdown_grace: config.shutdown_grace,
+        lease_timing: opkit::leader::LeaseTiming::default(),
     };
     // Until the gateway exists, no mite connects: controllers stop at Running (docs/varroa/operator.md).
     let mites: Arc<dyn varroa_operator::mite::MiteSource> = Arc::new(varroa_operator::mite::NoGateway::default());
+    // Signals, health, leader election, shutdown (opkit::process): a controller that stops by
+    // itself or a lost Lease ends the process with an error (exit 1), SIGTERM with Ok (exit 0).
     opkit::process::run(client.clone(), options, Arc::new(registry), move |shutdown| {
         varroa_operator::run(client, config, metrics, mites, shutdown)
     })
     .await
+    .map_err(anyhow::Error::from)
 }

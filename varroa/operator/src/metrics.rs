@@ -33,6 +33,8 @@ pub struct Metrics {
     pub duration: Histogram,
     pub controllers: Family<PhaseLabels, Gauge>,
     pub writes: opkit::apply::WriteCounter,
+    /// Entries the process keeps about controllers (see `Context::tracked_objects`).
+    pub tracked_objects: Gauge,
     phases: Mutex<HashMap<String, ControllerPhase>>,
 }
 
@@ -54,6 +56,7 @@ impl Metrics {
             duration: Histogram::new(exponential_buckets(0.005, 2.0, 12)),
             controllers: Family::default(),
             writes: opkit::apply::WriteCounter::new(),
+            tracked_objects: Gauge::default(),
             phases: Mutex::new(HashMap::new()),
         }
     }
@@ -65,7 +68,31 @@ impl Metrics {
         r.register("reconcile_errors", "Failed reconciles, by error kind", self.errors.clone());
         r.register("reconcile_duration_seconds", "How long a reconcile took", self.duration.clone());
         r.register("controllers", "Controllers by phase", self.controllers.clone());
+        r.register(
+            "tracked_objects",
+            "Entries the operator keeps in memory about controllers (backoff, dwell, statuses written, phases, verified objects); back to 0 when they are gone",
+            self.tracked_objects.clone(),
+        );
         self.writes.register(r);
+    }
+
+    /// How many controllers have a phase recorded.
+    pub fn tracked_phases(&self) -> usize {
+        self.phases.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    /// Keep the phases of the controllers (by uid) `keep` selects, and refresh the gauge.
+    pub fn retain_phases(&self, keep: impl Fn(&str) -> bool) {
+        let Ok(mut phases) = self.phases.lock() else { return };
+        phases.retain(|uid, _| keep(uid));
+        self.refresh(&phases);
+    }
+
+    fn refresh(&self, phases: &HashMap<String, ControllerPhase>) {
+        for p in PHASES {
+            let n = phases.values().filter(|x| **x == p).count() as i64;
+            self.controllers.get_or_create(&PhaseLabels { phase: p.to_string() }).set(n);
+        }
     }
 
     /// Record a controller's phase (by uid) and refresh the per-phase gauge.
@@ -79,10 +106,7 @@ impl Metrics {
                 phases.remove(uid);
             }
         }
-        for p in PHASES {
-            let n = phases.values().filter(|x| **x == p).count() as i64;
-            self.controllers.get_or_create(&PhaseLabels { phase: p.to_string() }).set(n);
-        }
+        self.refresh(&phases);
     }
 }
 

@@ -105,6 +105,22 @@ pub struct Config {
     /// Namespace of the leader election Lease (the operator's own namespace).
     #[arg(long, env = "VESPER_LEADER_ELECTION_NAMESPACE", default_value = "vesper-system")]
     pub leader_election_namespace: String,
+    /// After SIGTERM, how long in-flight reconciles may take before they are cancelled; then the
+    /// Lease is released and the process exits 0. Keep it at least 10s below the pod's
+    /// terminationGracePeriodSeconds.
+    #[arg(long, env = "VESPER_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// The longest one reconcile of a preview may take; past it the reconcile is stopped, counted
+    /// as an error (`timeout`) and retried with backoff.
+    #[arg(long, env = "VESPER_RECONCILE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub reconcile_timeout: Duration,
+    /// How long connecting to the Kubernetes API may take.
+    #[arg(long, env = "VESPER_KUBE_CONNECT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub kube_connect_timeout: Duration,
+    /// How long the Kubernetes API may stay silent in a response before the request fails (watches
+    /// carry a bookmark about every minute, so keep it above 60s).
+    #[arg(long, env = "VESPER_KUBE_READ_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub kube_read_timeout: Duration,
 }
 
 /// A quantity flag: exact, as the API server parses it (`500m`, `1.5Gi`, `1e3`), not negative.
@@ -134,6 +150,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("{s:?}: use e.g. 90s, 30m, 1h, 1d")),
     };
     Ok(Duration::from_secs(secs))
+}
+
+impl Config {
+    /// The timeouts of every request to the API server.
+    pub fn client_timeouts(&self) -> opkit::process::ClientTimeouts {
+        opkit::process::ClientTimeouts { connect: self.kube_connect_timeout, read: self.kube_read_timeout }
+    }
 }
 
 impl Default for Config {
@@ -167,6 +190,10 @@ impl Default for Config {
             health_addr: SocketAddr::from(([0, 0, 0, 0], 8081)),
             leader_elect: false,
             leader_election_namespace: "vesper-system".into(),
+            shutdown_grace: Duration::from_secs(20),
+            reconcile_timeout: Duration::from_secs(60),
+            kube_connect_timeout: Duration::from_secs(10),
+            kube_read_timeout: Duration::from_secs(120),
         }
     }
 }

@@ -159,15 +159,34 @@ impl Context {
         self.expired.lock().map(|mut e| e.insert(pe.uid().unwrap_or_default())).unwrap_or(true)
     }
 
-    /// Forget a preview that is gone (its finalizer released).
+    /// Forget a preview that is gone (its finalizer released, or deleted without it): every entry
+    /// this process keeps for it (backoff, conflict retries, expiry, phase, verified objects).
     pub fn forget(&self, pe: &PreviewEnvironment) {
+        let uid = pe.uid().unwrap_or_default();
         if let Ok(mut e) = self.expired.lock() {
-            e.remove(&pe.uid().unwrap_or_default());
+            e.remove(&uid);
         }
-        // A preview recreated under the same name starts its conflict retries afresh.
+        // A preview recreated under the same name starts its retries afresh.
         self.unblocked(&key_of(pe));
+        self.reset_backoff(&key_of(pe));
+        self.metrics.set_phase(&uid, None);
         let ns = crate::naming::namespace_name(&pe.namespace().unwrap_or_default(), &pe.name_any());
         self.metrics.writes.verified().forget_namespace(&ns);
+        self.tracked_objects();
+    }
+
+    /// How many entries this process keeps about previews (backoff, conflict retries, expiries,
+    /// phases, verified objects); zero once every preview it saw is gone. Also exported as the
+    /// gauge `vesper_tracked_objects`.
+    pub fn tracked_objects(&self) -> usize {
+        let len = |m: &Mutex<HashMap<String, u32>>| m.lock().map(|m| m.len()).unwrap_or(0);
+        let n = len(&self.failures)
+            + len(&self.blocked)
+            + self.expired.lock().map(|e| e.len()).unwrap_or(0)
+            + self.metrics.tracked_phases()
+            + self.metrics.writes.verified().len();
+        self.metrics.tracked_objects.set(i64::try_from(n).unwrap_or(i64::MAX));
+        n
     }
 
     /// When to check a blocked preview again: 1s, doubling to 5 minutes.
@@ -339,10 +358,14 @@ async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Actio
     Ok(Action::requeue(crate::ttl::next_wakeup(now, expires_at, ctx.config.expiry_warning)))
 }
 
-/// Reconcile one preview: the steps, metrics, and on failure the Ready condition saying why.
-pub async fn reconcile(pe: Arc<PreviewEnvironment>, ctx: Arc<Context>) -> Result<Action> {
+/// What ends a reconcile: an [`Error`], or `--reconcile-timeout`.
+pub type ReconcileError = opkit::reconcile::ReconcileError<Error>;
+
+/// Reconcile one preview within `--reconcile-timeout`: the steps, metrics, and on failure the
+/// Ready condition saying why.
+pub async fn reconcile(pe: Arc<PreviewEnvironment>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
-    let result = reconcile_steps(&pe, &ctx).await;
+    let result = opkit::reconcile::within(ctx.config.reconcile_timeout, reconcile_steps(&pe, &ctx)).await;
     ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
     match &result {
         Ok(_) => {
@@ -351,7 +374,7 @@ pub async fn reconcile(pe: Arc<PreviewEnvironment>, ctx: Arc<Context>) -> Result
         }
         Err(e) => {
             ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "error".into() }).inc();
-            ctx.metrics.errors.get_or_create(&ErrorLabels { error: e.metric_label().into() }).inc();
+            ctx.metrics.errors.get_or_create(&ErrorLabels { error: e.metric_label(Error::metric_label).into() }).inc();
             tracing::warn!(preview = %key_of(&pe), error = %e, "reconcile failed");
             if pe.metadata.deletion_timestamp.is_none()
                 && let Err(e2) = ctx.apply(&pe, status::reconcile_error(&pe, &e.to_string(), ctx.clock.now())).await
@@ -360,13 +383,15 @@ pub async fn reconcile(pe: Arc<PreviewEnvironment>, ctx: Arc<Context>) -> Result
             }
         }
     }
+    ctx.tracked_objects();
     result
 }
 
-/// Retry a failed preview with a growing delay (0.5s doubling to 5m); an error in its spec is
-/// not retried (the status says what to fix, and a new generation reconciles it again).
-pub fn error_policy(pe: Arc<PreviewEnvironment>, err: &Error, ctx: Arc<Context>) -> Action {
-    if err.is_invalid_spec() {
+/// Retry a failed or timed-out preview with a growing delay (0.5s doubling to 5m); an error in
+/// its spec is not retried (the status says what to fix, and a new generation reconciles it
+/// again).
+pub fn error_policy(pe: Arc<PreviewEnvironment>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    if err.failed().is_some_and(Error::is_invalid_spec) {
         return Action::await_change();
     }
     Action::requeue(ctx.backoff(&key_of(&pe)))

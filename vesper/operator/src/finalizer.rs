@@ -60,6 +60,8 @@ async fn remove(pe: &PreviewEnvironment, ctx: &Context) -> Result<()> {
 /// The deletion path: delete the namespace, wait until it is gone, then let the preview go.
 pub async fn cleanup(pe: &PreviewEnvironment, ctx: &Context) -> Result<Action> {
     if !pe.finalizers().iter().any(|f| f == FINALIZER) {
+        // Not ours to hold (deleted before we added it): nothing to clean but our memory.
+        ctx.forget(pe);
         return Ok(Action::await_change());
     }
     let name = crate::naming::namespace_name(&pe.namespace().unwrap_or_default(), &pe.name_any());
@@ -89,8 +91,8 @@ pub async fn cleanup(pe: &PreviewEnvironment, ctx: &Context) -> Result<Action> {
             Ok(Action::requeue(Duration::from_secs(30)))
         }
         _ => {
-            // Gone, or never Vesper's: nothing of ours remains.
-            ctx.metrics.set_phase(&pe.uid().unwrap_or_default(), None);
+            // Gone, or never Vesper's: nothing of ours remains. `remove` forgets the preview
+            // (every map and the phase gauge) once the finalizer is released.
             remove(pe, ctx).await?;
             Ok(Action::await_change())
         }

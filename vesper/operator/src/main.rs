@@ -37,8 +37,11 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: vesper_operator::Config) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
+    // Every request has a connect and a read timeout: a dead connection fails instead of hanging.
+    let kube_config = opkit::process::kube_config(config.client_timeouts())
         .await
+        .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
+    let client = kube::Client::try_from(kube_config)
         .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
     let metrics = Arc::new(vesper_operator::metrics::Metrics::new());
     let mut registry = prometheus_client::registry::Registry::default();
@@ -49,11 +52,14 @@ async fn run(config: vesper_operator::Config) -> anyhow::Result<()> {
         metrics_addr: Some(config.metrics_addr),
         leader_elect: config.leader_elect,
         leader_election_namespace: config.leader_election_namespace.clone(),
-        shutdown_grace: std::time::Duration::from_secs(15),
+        shutdown_grace: config.shutdown_grace,
+        lease_timing: opkit::leader::LeaseTiming::default(),
     };
-    // Signals, health, leader election (losing the Lease ends the process), shutdown: opkit.
+    // Signals, health, leader election, shutdown (opkit::process): a controller that stops by
+    // itself or a lost Lease ends the process with an error (exit 1), SIGTERM with Ok (exit 0).
     opkit::process::run(client.clone(), options, Arc::new(registry), move |shutdown| {
         vesper_operator::run(client, config, metrics, shutdown)
     })
     .await
+    .map_err(anyhow::Error::from)
 }

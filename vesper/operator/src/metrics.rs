@@ -36,6 +36,8 @@ pub struct Metrics {
     pub time_to_ready: Histogram,
     pub expirations: Counter,
     pub writes: opkit::apply::WriteCounter,
+    /// Entries the process keeps about previews (see `Context::tracked_objects`).
+    pub tracked_objects: Gauge,
     phases: Mutex<HashMap<String, Phase>>,
 }
 
@@ -49,6 +51,7 @@ impl Metrics {
             time_to_ready: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             expirations: Counter::default(),
             writes: opkit::apply::WriteCounter::new(),
+            tracked_objects: Gauge::default(),
             phases: Mutex::new(HashMap::new()),
         }
     }
@@ -66,7 +69,17 @@ impl Metrics {
             self.time_to_ready.clone(),
         );
         r.register("expirations", "Previews deleted because their TTL passed", self.expirations.clone());
+        r.register(
+            "tracked_objects",
+            "Entries the operator keeps in memory about previews (backoff, phases, verified objects); back to 0 when they are gone",
+            self.tracked_objects.clone(),
+        );
         self.writes.register(r);
+    }
+
+    /// How many previews have a phase recorded.
+    pub fn tracked_phases(&self) -> usize {
+        self.phases.lock().map(|p| p.len()).unwrap_or(0)
     }
 
     /// Record a preview's phase (by uid) and refresh the per-phase gauge.
