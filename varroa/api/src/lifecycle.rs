@@ -18,7 +18,15 @@ pub mod condition {
     pub const PLUGIN_ROLL_FAILED: &str = "PluginRollFailed";
     /// Whether the mite's stream to the gateway is up.
     pub const MITE_CONNECTED: &str = "MiteConnected";
+    /// The Ingress host is already served by another Controller's Ingress: no Ingress is written.
+    pub const INGRESS_HOST_CONFLICT: &str = "IngressHostConflict";
 }
+
+/// The reason of `Failed=True` when an object the operator would write exists and is not this
+/// Controller's (it lacks Varroa's label or an owner reference to the Controller's UID).
+pub const REASON_OWNERSHIP_CONFLICT: &str = "OwnershipConflict";
+/// The reason of `IngressHostConflict=True`.
+pub const REASON_HOST_IN_USE: &str = "HostInUse";
 
 /// The reason of `MiteConnected=False` when an established stream was lost.
 pub const REASON_STREAM_LOST: &str = "StreamLost";

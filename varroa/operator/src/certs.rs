@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 use varroa_api::Controller;
@@ -39,13 +39,41 @@ pub async fn gateway_ca(ctx: &Context) -> std::result::Result<CertificateAuthori
     CertificateAuthority::from_pem(&cert, &key).map_err(|e| format!("the gateway CA Secret {ns}/{name}: {e}"))
 }
 
+/// Reads one of the operator's own Secrets without the `get` verb (which RBAC would have to grant
+/// on every Secret of every namespace): a dry-run merge patch that changes nothing answers the
+/// stored object. The admission policy (deploy/varroa/admission-policy.yaml) lets such a patch
+/// through only for a Secret that is Varroa's, so the operator cannot read others this way
+/// either. `None` when it does not exist; an [`Error::OwnershipConflict`] when the API server
+/// refuses (403: the Secret exists and is not Varroa's).
+async fn read_own_secret(api: &Api<Secret>, ns: &str, name: &str) -> Result<Option<Secret>> {
+    let params = PatchParams { dry_run: true, field_manager: Some(MANAGER.to_string()), ..Default::default() };
+    match api.patch(name, &params, &Patch::Merge(serde_json::json!({}))).await {
+        Ok(s) => Ok(Some(s)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 403 => Err(Error::OwnershipConflict {
+            kind: "Secret".into(),
+            namespace: ns.into(),
+            name: name.into(),
+            detail: format!(" (the API server refuses the operator: {})", s.message),
+        }),
+        Err(e) => Err(Error::kube(format!("reading Secret {ns}/{name}"), e)),
+    }
+}
+
 /// Makes sure the controller's mite certificate exists, was issued by `ca` for this controller
-/// and is not about to expire; issues a new one otherwise.
+/// and is not about to expire; issues a new one otherwise (create, or update of the operator's
+/// own Secret). A Secret of that name that is not the controller's is left untouched: the
+/// controller is Failed with `OwnershipConflict`.
 pub async fn ensure_mite_secret(ctx: &Context, c: &Controller, ca: &CertificateAuthority) -> Result<()> {
     let ns = c.namespace().unwrap_or_default();
     let name = crate::objects::secret_name(c);
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let live = api.get_opt(&name).await.map_err(|e| Error::kube(format!("reading Secret {ns}/{name}"), e))?;
+    let live = read_own_secret(&api, &ns, &name).await?;
+    if let Some(l) = &live
+        && !crate::objects::is_ours(&l.metadata, c)
+    {
+        return Err(Error::OwnershipConflict { kind: "Secret".into(), namespace: ns, name, detail: String::new() });
+    }
     let id = MiteIdentity::new(ns.clone(), c.name_any());
     let now = SystemTime::now();
     let current = live
@@ -53,18 +81,17 @@ pub async fn ensure_mite_secret(ctx: &Context, c: &Controller, ca: &CertificateA
         .and_then(|s| s.data.as_ref())
         .and_then(|d| d.get("tls.crt"))
         .map(|b| String::from_utf8_lossy(&b.0).into_owned());
-    let owned = live.as_ref().is_none_or(|s| s.owner_references().iter().any(|o| Some(&o.uid) == c.uid().as_ref()));
     let reason = varroa_pki::needs_rotation(current.as_deref(), ca, &id, ctx.config.mite_cert_renew_before, now);
-    if reason.is_none() && owned {
+    let Some(reason) = reason else {
         ctx.metrics.writes.record("Secret", opkit::apply::Outcome::Unchanged);
         return Ok(());
-    }
+    };
     let issued = ca
         .issue_mite(&id, ctx.config.mite_cert_validity, now)
         .map_err(|e| Error::Blocked(format!("issuing the mite certificate of {ns}/{}: {e}", c.name_any())))?;
     let mut meta = crate::objects::meta(c, &name);
     meta.annotations = Some(BTreeMap::from([(ANNOTATION_CA.to_string(), ca.fingerprint())]));
-    let secret = Secret {
+    let mut secret = Secret {
         metadata: meta,
         type_: Some("kubernetes.io/tls".into()),
         data: Some(BTreeMap::from([
@@ -74,9 +101,28 @@ pub async fn ensure_mite_secret(ctx: &Context, c: &Controller, ca: &CertificateA
         ])),
         ..Default::default()
     };
-    ctx.metrics.writes.ensure(&api, &secret, MANAGER).await?;
-    if let Some(r) = reason {
-        tracing::info!(controller = %crate::controller::key_of(c), reason = ?r, "issued the mite certificate");
+    let params = PostParams { dry_run: false, field_manager: Some(MANAGER.to_string()) };
+    match live {
+        None => {
+            api.create(&params, &secret).await.map_err(|e| Error::kube(format!("creating Secret {ns}/{name}"), e))?;
+            ctx.metrics.writes.record("Secret", opkit::apply::Outcome::Created);
+        }
+        Some(l) => {
+            // Labels and annotations others added stay; the resourceVersion makes it a
+            // compare-and-swap (a conflict retries the pass).
+            let mut labels = l.metadata.labels.clone().unwrap_or_default();
+            labels.extend(secret.metadata.labels.take().unwrap_or_default());
+            let mut annotations = l.metadata.annotations.clone().unwrap_or_default();
+            annotations.extend(secret.metadata.annotations.take().unwrap_or_default());
+            secret.metadata.labels = Some(labels);
+            secret.metadata.annotations = Some(annotations);
+            secret.metadata.resource_version = l.metadata.resource_version.clone();
+            api.replace(&name, &params, &secret)
+                .await
+                .map_err(|e| Error::kube(format!("updating Secret {ns}/{name}"), e))?;
+            ctx.metrics.writes.record("Secret", opkit::apply::Outcome::Updated);
+        }
     }
+    tracing::info!(controller = %crate::controller::key_of(c), reason = ?reason, "issued the mite certificate");
     Ok(())
 }

@@ -19,6 +19,33 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
+/// One entry of `--ingress-annotation-allowlist`: an exact annotation key
+/// (`nginx.ingress.kubernetes.io/proxy-body-size`), a key prefix ending in `/`
+/// (`cert-manager.io/`: every annotation of that prefix), or a prefix ending in `*`
+/// (`nginx.ingress.kubernetes.io/proxy-*`). A lone `*` allows everything.
+pub fn parse_annotation_rule(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("an empty entry: write an annotation key, a prefix ending in '/' or one ending in '*'".into());
+    }
+    if t[..t.len() - 1].contains('*') {
+        return Err(format!("{t:?}: '*' may only end an entry (a prefix such as nginx.ingress.kubernetes.io/proxy-*)"));
+    }
+    if t.chars().any(|c| c.is_whitespace() || c == ',') {
+        return Err(format!("{t:?} is not an annotation key or prefix"));
+    }
+    Ok(t.to_string())
+}
+
+/// Whether an annotation `key` passes the allow-list `rules` (see [`parse_annotation_rule`]).
+pub fn annotation_allowed(rules: &[String], key: &str) -> bool {
+    rules.iter().any(|r| match r.strip_suffix('*') {
+        Some(prefix) => key.starts_with(prefix),
+        None if r.ends_with('/') => key.starts_with(r.as_str()),
+        None => key == r,
+    })
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
     /// The mite sidecar's image.
@@ -107,6 +134,13 @@ pub struct Config {
     #[arg(long, env = "VARROA_FETCH_DENIED_ADDRESSES", value_delimiter = ',',
           value_parser = clap::value_parser!(varroa_sources::AddressRange))]
     pub fetch_denied_addresses: Vec<varroa_sources::AddressRange>,
+    /// Annotations a Controller's settings may put on its Ingress (they configure the ingress
+    /// controller, which may run snippets with its own rights): exact keys, prefixes ending in
+    /// `/`, or prefixes ending in `*`. Comma-separated; empty (the default): none pass. Others
+    /// are left out of the Ingress and logged.
+    #[arg(long, env = "VARROA_INGRESS_ANNOTATION_ALLOWLIST", value_delimiter = ',',
+          value_parser = parse_annotation_rule)]
+    pub ingress_annotation_allowlist: Vec<String>,
 }
 
 impl Config {
@@ -166,6 +200,29 @@ impl Config {
             fetch_allow_private_hosts: false,
             fetch_allowed_hosts: Vec::new(),
             fetch_denied_addresses: Vec::new(),
+            ingress_annotation_allowlist: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotation_rules_are_exact_keys_or_prefixes() {
+        let rules: Vec<String> = ["cert-manager.io/", "nginx.ingress.kubernetes.io/proxy-*", "example.com/exact"]
+            .iter()
+            .map(|r| parse_annotation_rule(r).expect("valid"))
+            .collect();
+        assert!(annotation_allowed(&rules, "cert-manager.io/cluster-issuer"));
+        assert!(annotation_allowed(&rules, "nginx.ingress.kubernetes.io/proxy-body-size"));
+        assert!(!annotation_allowed(&rules, "nginx.ingress.kubernetes.io/server-snippet"));
+        assert!(annotation_allowed(&rules, "example.com/exact"));
+        assert!(!annotation_allowed(&rules, "example.com/exactly"));
+        assert!(!annotation_allowed(&[], "cert-manager.io/cluster-issuer"), "empty by default: nothing passes");
+        assert!(annotation_allowed(&["*".to_string()], "anything/at-all"));
+        assert!(parse_annotation_rule("").is_err());
+        assert!(parse_annotation_rule("a*b").unwrap_err().contains("may only end"));
     }
 }

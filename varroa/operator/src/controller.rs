@@ -6,10 +6,12 @@
 //! 2. read the gateway CA; without a readable configuration or CA the controller is Blocked: the
 //!    status says why, the pass ends in an error (so lastReconciledAt goes stale), and it is
 //!    retried with a growing delay;
-//! 3. the ServiceAccount, the agents' Role and RoleBinding, the ConfigMap, the mite's
-//!    certificate Secret (issued again before expiry or when the CA changed), the Services, the
-//!    StatefulSet and the Ingress, each compared and written only when it differs; an object the
-//!    API server refuses (400, 403, 422) makes the controller Failed for a dwell;
+//! 3. the ServiceAccount, the agents' RoleBinding (to the ClusterRole varroa-jenkins-agents), the
+//!    ConfigMap, the mite's certificate Secret (issued again before expiry or when the CA
+//!    changed), the Services, the StatefulSet and the Ingress (unless another Controller's
+//!    Ingress serves its host), each compared and written only when it differs; an object the
+//!    API server refuses (400, 403, 422), or one of its name that is not the controller's
+//!    (OwnershipConflict), makes the controller Failed for a dwell;
 //! 4. for a controller with cells, replace a cell unready past its grace period;
 //! 5. the status (phase, conditions, attention), written only when it changed or when
 //!    lastReconciledAt is older than the stamp interval, and an Event for every change.
@@ -264,7 +266,9 @@ pub fn key_of(c: &Controller) -> String {
 }
 
 /// Make sure one of the controller's objects is what it should be; a change someone else made is
-/// put back and recorded as a Warning Event (`Restored`) on the controller.
+/// put back and recorded as a Warning Event (`Restored`) on the controller. An existing object of
+/// that name that is not the controller's ([`objects::is_ours`]) is left untouched: the pass
+/// ends in [`Error::OwnershipConflict`].
 async fn ensure<K>(ctx: &Context, c: &Controller, desired: &K) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
@@ -273,7 +277,37 @@ where
         + Serialize
         + DeserializeOwned,
 {
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &c.namespace().unwrap_or_default());
+    ensure_replacing(ctx, c, desired, |_| false).await
+}
+
+/// [`ensure`], deleting the controller's live object first when `recreate` says a field that
+/// cannot be changed must (a RoleBinding's roleRef).
+async fn ensure_replacing<K>(ctx: &Context, c: &Controller, desired: &K, recreate: impl Fn(&K) -> bool) -> Result<()>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let ns = c.namespace().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let name = desired.meta().name.clone().unwrap_or_default();
+    let kind = K::kind(&()).into_owned();
+    let live = api.get_opt(&name).await.map_err(|e| Error::kube(format!("reading {kind} {ns}/{name}"), e))?;
+    if let Some(live) = live {
+        if !objects::is_ours(live.meta(), c) {
+            return Err(Error::OwnershipConflict { kind, namespace: ns, name, detail: String::new() });
+        }
+        if recreate(&live) {
+            let dp = DeleteParams {
+                preconditions: Some(kube::api::Preconditions { uid: live.meta().uid.clone(), resource_version: None }),
+                ..Default::default()
+            };
+            api.delete(&name, &dp).await.map_err(|e| Error::kube(format!("deleting {kind} {ns}/{name}"), e))?;
+            ctx.metrics.writes.record(&kind, opkit::apply::Outcome::Deleted);
+        }
+    }
     let applied = ctx.metrics.writes.ensure_detailed(&api, desired, MANAGER).await?;
     if let Some(message) = applied.restore_note() {
         tracing::warn!(controller = %key_of(c), "{message}");
@@ -347,6 +381,7 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
             controller: c,
             rendered: Err(reason.clone()),
             failed: None,
+            ingress_conflict: None,
             stateful_set: sts.as_ref(),
             pods: &pods,
             mite: &mite,
@@ -363,20 +398,37 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
     let pod_inputs = PodInputs { update_site: site, ca_fingerprint: &ca.fingerprint(), hibernated };
     let steps = async {
         ensure(ctx, c, &objects::service_account(c)).await?;
-        ensure(ctx, c, &objects::agents_role(c)).await?;
-        ensure(ctx, c, &objects::agents_role_binding(c)).await?;
+        // roleRef cannot change: a binding to the agents' Role of earlier versions is replaced.
+        let binding = objects::agents_role_binding(c);
+        ensure_replacing(ctx, c, &binding, |live: &RoleBinding| live.role_ref != binding.role_ref).await?;
         ensure(ctx, c, &objects::config_map(c, &r)).await?;
         crate::certs::ensure_mite_secret(ctx, c, &ca).await?;
         ensure(ctx, c, &objects::service(c)).await?;
         ensure(ctx, c, &objects::headless_service(c)).await?;
         ensure(ctx, c, &objects::stateful_set(c, &r, &ctx.config, &pod_inputs)).await?;
-        match objects::ingress(c, &r) {
-            Some(i) => ensure(ctx, c, &i).await?,
-            None => {
+        let allowlist = &ctx.config.ingress_annotation_allowlist;
+        let dropped = objects::dropped_annotations(&r, allowlist);
+        if !dropped.is_empty() {
+            tracing::info!(controller = %key_of(c), ?dropped, "Ingress annotations not in --ingress-annotation-allowlist left out");
+        }
+        let desired = objects::ingress(c, &r, allowlist);
+        // A host another Controller's Ingress already serves is refused.
+        let conflict = match &desired {
+            Some(i) => {
+                let all: Api<Ingress> = Api::all(ctx.client.clone());
+                let lp = ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+                let existing = all.list(&lp).await.map_err(|e| Error::kube("listing Varroa's Ingresses", e))?;
+                objects::host_conflict(c, i, &existing.items)
+            }
+            None => None,
+        };
+        match (desired, &conflict) {
+            (Some(i), None) => ensure(ctx, c, &i).await?,
+            _ => {
                 let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns);
                 if let Some(live) =
                     api.get_opt(&c.name_any()).await.map_err(|e| Error::kube("reading the Ingress", e))?
-                    && live.owner_references().iter().any(|o| Some(&o.uid) == c.uid().as_ref())
+                    && objects::is_ours(&live.metadata, c)
                 {
                     api.delete(&c.name_any(), &DeleteParams::default())
                         .await
@@ -385,15 +437,25 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
                 }
             }
         }
-        Ok::<_, Error>(())
+        Ok::<_, Error>(conflict)
     };
-    if let Err(e) = steps.await {
-        if let Some(refusal) = e.refusal() {
+    let ingress_conflict = match steps.await {
+        Ok(conflict) => conflict,
+        Err(e) => {
+            let failure = match &e {
+                Error::OwnershipConflict { .. } => Some(status::Failure {
+                    reason: varroa_api::lifecycle::REASON_OWNERSHIP_CONFLICT.into(),
+                    message: e.to_string(),
+                }),
+                _ => e.refusal().map(|message| status::Failure { reason: "ProvisioningRefused".into(), message }),
+            };
+            let Some(failure) = failure else { return Err(e) };
             let (sts, pods) = read_workload(ctx, c).await?;
             let inputs = Inputs {
                 controller: c,
                 rendered: Ok(&r),
-                failed: Some(refusal),
+                failed: Some(failure),
+                ingress_conflict: None,
                 stateful_set: sts.as_ref(),
                 pods: &pods,
                 mite: &mite,
@@ -403,8 +465,7 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
             ctx.start_dwell(c);
             return Ok(Action::requeue(ctx.config.failed_dwell));
         }
-        return Err(e);
-    }
+    };
 
     // 4-5. Cells past their grace; the status.
     let (sts, pods) = read_workload(ctx, c).await?;
@@ -413,6 +474,7 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
         controller: c,
         rendered: Ok(&r),
         failed: None,
+        ingress_conflict,
         stateful_set: sts.as_ref(),
         pods: &pods,
         mite: &mite,

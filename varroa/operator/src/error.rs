@@ -17,6 +17,13 @@ pub enum Error {
     /// A compare-then-write failed.
     #[error(transparent)]
     Apply(#[from] opkit::Error),
+    /// An object the operator would write exists and is not this Controller's (it lacks Varroa's
+    /// label or an owner reference to the Controller's UID): it is left untouched and the
+    /// Controller is Failed (reason `OwnershipConflict`).
+    #[error(
+        "{kind} {namespace}/{name} exists and is not this Controller's (it lacks the label app.kubernetes.io/managed-by=varroa-operator or an owner reference to this Controller){detail}: the operator leaves it untouched; rename the Controller, or delete or rename the {kind}"
+    )]
+    OwnershipConflict { kind: String, namespace: String, name: String, detail: String },
     /// An object could not be serialized.
     #[error("serializing {0}: {1}")]
     Serialize(&'static str, serde_json::Error),
@@ -34,6 +41,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Apply(_) => "apply",
             Error::Serialize(..) => "serialize",
+            Error::OwnershipConflict { .. } => "ownership_conflict",
         }
     }
 

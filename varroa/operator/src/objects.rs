@@ -4,12 +4,16 @@
 //! | Object | Name |
 //! |---|---|
 //! | ServiceAccount (Jenkins, its agents' pods) | `<name>` |
-//! | Role + RoleBinding (agents: pods, exec, logs) | `<name>-agents` |
+//! | RoleBinding to the ClusterRole `varroa-jenkins-agents` (agents: pods, exec, logs) | `<name>-agents` |
 //! | ConfigMap (jenkins.yaml, plugins.txt, plugins-sha256.txt) | `<name>` |
 //! | Secret (the mite's client certificate) | `<name>-mite-tls` |
 //! | StatefulSet (`plugins-init`, `jenkins`, `mite`) with the volume claim template | `<name>` |
 //! | Service, and the StatefulSet's headless Service | `<name>`, `<name>-headless` |
 //! | Ingress (with `ingress.host`) | `<name>` |
+//!
+//! The operator writes only objects it made: an existing object of one of these names that lacks
+//! Varroa's label or an owner reference to the Controller's UID ([`is_ours`]) is left untouched,
+//! and the Controller is Failed with reason `OwnershipConflict`.
 //!
 //! The pod template carries the digest of the restart-class settings (plugins, images,
 //! resources, JVM options, the gateway CA and endpoint): it changes, and the pod rolls, only when
@@ -29,7 +33,7 @@ use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend, IngressSpec,
     IngressTLS, ServiceBackendPort,
 };
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -94,29 +98,20 @@ pub fn service_account(c: &Controller) -> ServiceAccount {
     ServiceAccount { metadata: meta(c, &c.name_any()), ..Default::default() }
 }
 
-/// What the Kubernetes plugin needs to run agents in the controller's namespace.
-pub fn agents_role(c: &Controller) -> Role {
-    let rule = |resources: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-        verbs: verbs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    };
-    Role {
-        metadata: meta(c, &agents_name(c)),
-        rules: Some(vec![
-            rule(&["pods"], &["create", "delete", "get", "list", "watch"]),
-            rule(&["pods/exec"], &["create", "get"]),
-            rule(&["pods/log"], &["get"]),
-            rule(&["events"], &["list", "watch"]),
-        ]),
-    }
-}
+/// The ClusterRole (shipped in deploy/varroa/rbac.yaml) that grants the agents' rights: pods,
+/// exec, logs and events, for the Kubernetes plugin's agent pods. The operator may only `bind`
+/// it; it holds none of those rights itself.
+pub const AGENTS_CLUSTER_ROLE: &str = "varroa-jenkins-agents";
 
+/// Binds [`AGENTS_CLUSTER_ROLE`] to the controller's ServiceAccount, in its namespace.
 pub fn agents_role_binding(c: &Controller) -> RoleBinding {
     RoleBinding {
         metadata: meta(c, &agents_name(c)),
-        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: agents_name(c) },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: AGENTS_CLUSTER_ROLE.into(),
+        },
         subjects: Some(vec![Subject {
             kind: "ServiceAccount".into(),
             name: c.name_any(),
@@ -124,6 +119,14 @@ pub fn agents_role_binding(c: &Controller) -> RoleBinding {
             ..Default::default()
         }]),
     }
+}
+
+/// Whether an object was made by Varroa for this controller: Varroa's label and an owner
+/// reference to the controller's UID. Anything else is not the operator's to write.
+pub fn is_ours(m: &ObjectMeta, c: &Controller) -> bool {
+    let Some(uid) = c.uid().filter(|u| !u.is_empty()) else { return false };
+    m.labels.as_ref().and_then(|l| l.get(LABEL_MANAGED_BY)).map(String::as_str) == Some(MANAGED_BY)
+        && m.owner_references.iter().flatten().any(|o| o.uid == uid)
 }
 
 pub fn config_map(c: &Controller, r: &Rendered) -> ConfigMap {
@@ -172,13 +175,20 @@ fn selector_labels(c: &Controller) -> BTreeMap<String, String> {
     BTreeMap::from([(LABEL_CONTROLLER.to_string(), c.name_any())])
 }
 
-/// The Ingress, when the resolved settings name a host.
-pub fn ingress(c: &Controller, r: &Rendered) -> Option<Ingress> {
+/// The Ingress, when the resolved settings name a host. Its annotations are the settings' that
+/// pass `allowlist` (`--ingress-annotation-allowlist`, [`crate::config::annotation_allowed`]).
+pub fn ingress(c: &Controller, r: &Rendered, allowlist: &[String]) -> Option<Ingress> {
     let settings = r.settings.settings.ingress.as_ref()?;
     let host = settings.host.clone()?;
     let mut m = meta(c, &c.name_any());
-    if !settings.annotations.is_empty() {
-        m.annotations = Some(settings.annotations.clone());
+    let passed: BTreeMap<String, String> = settings
+        .annotations
+        .iter()
+        .filter(|(k, _)| crate::config::annotation_allowed(allowlist, k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !passed.is_empty() {
+        m.annotations = Some(passed);
     }
     Some(Ingress {
         metadata: m,
@@ -208,6 +218,48 @@ pub fn ingress(c: &Controller, r: &Rendered) -> Option<Ingress> {
         }),
         ..Default::default()
     })
+}
+
+/// The settings' Ingress annotations that `allowlist` leaves out (to be logged).
+pub fn dropped_annotations(r: &Rendered, allowlist: &[String]) -> Vec<String> {
+    let Some(settings) = r.settings.settings.ingress.as_ref() else { return Vec::new() };
+    settings.annotations.keys().filter(|k| !crate::config::annotation_allowed(allowlist, k)).cloned().collect()
+}
+
+/// The host of an Ingress the operator builds.
+pub fn ingress_host(i: &Ingress) -> Option<&str> {
+    i.spec.as_ref()?.rules.as_ref()?.iter().find_map(|r| r.host.as_deref())
+}
+
+/// Whether `desired` (this controller's Ingress) must give way to another Controller's Ingress
+/// among `existing` (Varroa's Ingresses in every namespace) that serves the same host: the
+/// older one keeps it (by creation time, then namespace and name), so two Controllers never
+/// take turns. Returns a message naming the other Ingress and the fix.
+pub fn host_conflict(c: &Controller, desired: &Ingress, existing: &[Ingress]) -> Option<String> {
+    let host = ingress_host(desired)?.to_ascii_lowercase();
+    let ns = c.namespace().unwrap_or_default();
+    let name = c.name_any();
+    let ours = existing.iter().find(|i| i.namespace().as_deref() == Some(ns.as_str()) && i.name_any() == name);
+    let key = |i: &Ingress| (i.creation_timestamp().map(|t| t.0), i.namespace().unwrap_or_default(), i.name_any());
+    existing
+        .iter()
+        .filter(|i| !(i.namespace().as_deref() == Some(ns.as_str()) && i.name_any() == name))
+        .filter(|i| i.labels().contains_key(LABEL_CONTROLLER))
+        .filter(|i| {
+            i.spec
+                .as_ref()
+                .and_then(|s| s.rules.as_ref())
+                .is_some_and(|rs| rs.iter().any(|r| r.host.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(&host))))
+        })
+        .filter(|other| ours.is_none_or(|mine| key(other) < key(mine)))
+        .min_by_key(|i| key(i))
+        .map(|other| {
+            format!(
+                "host {host} is already served by Ingress {}/{} of another Controller: no Ingress is written for this controller; choose another ingress.host, or remove it from the other Controller",
+                other.namespace().unwrap_or_default(),
+                other.name_any(),
+            )
+        })
 }
 
 fn restricted() -> SecurityContext {
@@ -443,5 +495,65 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn controller(ns: &str, name: &str, uid: &str) -> Controller {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "varroa.dev/v1alpha1", "kind": "Controller",
+            "metadata": {"name": name, "namespace": ns, "uid": uid}, "spec": {},
+        }))
+        .expect("a Controller")
+    }
+
+    fn ingress_of(c: &Controller, host: &str, created: &str) -> Ingress {
+        let mut m = meta(c, &c.name_any());
+        m.creation_timestamp = Some(Time(created.parse().expect("a timestamp")));
+        Ingress {
+            metadata: m,
+            spec: Some(IngressSpec {
+                rules: Some(vec![IngressRule { host: Some(host.into()), http: None }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ours_needs_the_label_and_an_owner_reference_to_this_uid() {
+        let c = controller("team-a", "ci", "uid-1");
+        assert!(is_ours(&meta(&c, "ci"), &c));
+        let other = controller("team-a", "ci", "uid-2");
+        assert!(!is_ours(&meta(&other, "ci"), &c), "a Controller of the same name but another uid");
+        let mut unlabelled = meta(&c, "ci");
+        unlabelled.labels = None;
+        assert!(!is_ours(&unlabelled, &c));
+        let mut unowned = meta(&c, "ci");
+        unowned.owner_references = None;
+        assert!(!is_ours(&unowned, &c));
+        assert!(!is_ours(&ObjectMeta::default(), &c));
+    }
+
+    #[test]
+    fn the_older_ingress_keeps_a_host_in_any_namespace() {
+        let a = controller("team-a", "first", "uid-a");
+        let b = controller("team-b", "second", "uid-b");
+        let old = ingress_of(&a, "jenkins.example.com", "2026-01-01T00:00:00Z");
+        let new = ingress_of(&b, "jenkins.example.com", "2026-02-01T00:00:00Z");
+        // b asks for a's host: refused, naming a's Ingress.
+        let msg = host_conflict(&b, &new, std::slice::from_ref(&old)).expect("a conflict");
+        assert!(msg.contains("Ingress team-a/first") && msg.contains("choose another ingress.host"), "{msg}");
+        // Both exist (written at once): the newer gives way, the older keeps it.
+        assert!(host_conflict(&b, &new, &[old.clone(), new.clone()]).is_some());
+        assert_eq!(host_conflict(&a, &old, &[old.clone(), new.clone()]), None);
+        // Another host, or only its own Ingress: no conflict.
+        let elsewhere = ingress_of(&b, "other.example.com", "2026-02-01T00:00:00Z");
+        assert_eq!(host_conflict(&b, &elsewhere, &[old.clone(), elsewhere.clone()]), None);
+        assert_eq!(host_conflict(&a, &old, std::slice::from_ref(&old)), None);
     }
 }

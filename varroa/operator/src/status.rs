@@ -7,7 +7,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use varroa_api::lifecycle::{CONTAINER_JENKINS, CONTAINER_PLUGINS_INIT, REASON_STREAM_LOST, condition};
+use varroa_api::lifecycle::{
+    CONTAINER_JENKINS, CONTAINER_PLUGINS_INIT, REASON_HOST_IN_USE, REASON_STREAM_LOST, condition,
+};
 use varroa_api::{Controller, ControllerPhase, ControllerStatus, PowerState, ResolvedSummary};
 use varroa_config::Rendered;
 
@@ -16,12 +18,24 @@ pub struct Inputs<'a> {
     pub controller: &'a Controller,
     /// The rendered configuration, or why it could not be rendered (Blocked).
     pub rendered: Result<&'a Rendered, String>,
-    /// A refusal by the API server of an object the operator wrote (Failed).
-    pub failed: Option<String>,
+    /// Why provisioning stopped (Failed): the API server refused an object the operator wrote
+    /// (`ProvisioningRefused`), or an object of its name is not the Controller's
+    /// (`OwnershipConflict`).
+    pub failed: Option<Failure>,
+    /// The Ingress host is served by another Controller's Ingress (no Ingress was written).
+    pub ingress_conflict: Option<String>,
     pub stateful_set: Option<&'a StatefulSet>,
     pub pods: &'a [Pod],
     pub mite: &'a MiteState,
     pub now: jiff::Timestamp,
+}
+
+/// Why a pass ended the controller in Failed: a CamelCase reason and a message naming the object
+/// and the fix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub reason: String,
+    pub message: String,
 }
 
 /// A change worth an Event.
@@ -150,7 +164,7 @@ pub fn compute(i: &Inputs, stamp: Option<Time>) -> (ControllerStatus, Vec<Note>)
     let mut wanted: Vec<(String, &'static str, String, String)> = Vec::new();
 
     let phase = if let Some(f) = &i.failed {
-        wanted.push(cond(condition::FAILED, true, "ProvisioningRefused", f.clone()));
+        wanted.push(cond(condition::FAILED, true, &f.reason, f.message.clone()));
         ControllerPhase::Failed
     } else {
         wanted.push(cond(condition::FAILED, false, "NoError", String::new()));
@@ -181,6 +195,10 @@ pub fn compute(i: &Inputs, stamp: Option<Time>) -> (ControllerStatus, Vec<Note>)
         cond(condition::MITE_CONNECTED, false, "NotConnected", "no mite stream has been established yet".into())
     };
     wanted.push(mite);
+    match &i.ingress_conflict {
+        Some(msg) => wanted.push(cond(condition::INGRESS_HOST_CONFLICT, true, REASON_HOST_IN_USE, msg.clone())),
+        None => wanted.push(cond(condition::INGRESS_HOST_CONFLICT, false, "NoConflict", String::new())),
+    }
     let ready = matches!(phase, ControllerPhase::Running | ControllerPhase::Connected);
     wanted.push(cond(
         condition::READY,
@@ -192,7 +210,7 @@ pub fn compute(i: &Inputs, stamp: Option<Time>) -> (ControllerStatus, Vec<Note>)
             ControllerPhase::Stopped => "stopped by spec.powerState".into(),
             ControllerPhase::Hibernated => "parked by its inactivity policy until woken".into(),
             ControllerPhase::Provisioning => "creating or rolling the Jenkins pod".into(),
-            ControllerPhase::Failed => i.failed.clone().unwrap_or_default(),
+            ControllerPhase::Failed => i.failed.as_ref().map(|f| f.message.clone()).unwrap_or_default(),
             _ => String::new(),
         },
     ));
@@ -212,7 +230,7 @@ pub fn compute(i: &Inputs, stamp: Option<Time>) -> (ControllerStatus, Vec<Note>)
         }
         let bad = matches!(
             (type_.as_str(), status),
-            ("Failed" | "ReconcileBlocked" | "JenkinsBootFailed" | "PluginRollFailed", "True")
+            ("Failed" | "ReconcileBlocked" | "JenkinsBootFailed" | "PluginRollFailed" | "IngressHostConflict", "True")
                 | ("MiteConnected", "False")
         ) && reason != "NotConnected";
         if prev.is_some() || status == "True" || bad {

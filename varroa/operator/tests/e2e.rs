@@ -16,6 +16,7 @@ use std::time::Duration;
 use support::*;
 use varroa_api::ControllerPhase;
 use varroa_api::lifecycle::{ANNOTATION_RESTART_DIGEST, condition};
+use varroa_operator::Config;
 use varroa_operator::mite::MiteState;
 
 fn restart_digest(sts: &StatefulSet) -> String {
@@ -53,9 +54,14 @@ async fn a_controller_reaches_running_then_connected_with_every_object_checked()
     };
     let sa: ServiceAccount = env.obj("ci").await;
     assert!(owned(&|| sa.owner_references().to_vec()));
-    let role: Role = env.obj("ci-agents").await;
-    assert!(role.rules.unwrap_or_default().iter().any(|r| r.resources.as_deref() == Some(&["pods".to_string()][..])));
-    let _rb: RoleBinding = env.obj("ci-agents").await;
+    // The agents' rights come from the shipped ClusterRole, bound to the controller's
+    // ServiceAccount; the operator writes no Role.
+    let rb: RoleBinding = env.obj("ci-agents").await;
+    assert_eq!((rb.role_ref.kind.as_str(), rb.role_ref.name.as_str()), ("ClusterRole", "varroa-jenkins-agents"));
+    let subjects = rb.subjects.clone().unwrap_or_default();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!((subjects[0].name.as_str(), subjects[0].namespace.as_deref()), ("ci", Some(TEAM)));
+    assert!(Api::<Role>::namespaced(env.admin.clone(), TEAM).get_opt("ci-agents").await.expect("get").is_none());
     let cm: ConfigMap = env.obj("ci").await;
     let data = cm.data.clone().expect("data");
     assert!(data["jenkins.yaml"].contains("numExecutors: 0"));
@@ -453,7 +459,8 @@ async fn an_unready_cell_is_replaced_after_its_grace_and_a_single_controller_is_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_the_api_server_refuses_fails_the_controller_until_fixed() {
-    let env = Env::start(config()).await;
+    // Every annotation passes the allow-list here, so the invalid key reaches the API server.
+    let env = Env::start(Config { ingress_annotation_allowlist: vec!["*".into()], ..config() }).await;
     env.create("ci", json!({"ingress": {"host": "ci.example.com", "annotations": {"not a valid key!": "x"}}})).await;
     let c = env.wait_phase("ci", ControllerPhase::Failed).await;
     assert_eq!(attention_of(&c).as_deref(), Some("Failed"));

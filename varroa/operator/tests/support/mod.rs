@@ -1,5 +1,6 @@
 //! The end-to-end harness: a devcluster with the Varroa CRDs, the shipped RBAC
-//! (deploy/varroa/rbac.yaml) and a gateway CA installed, the example configuration applied, and
+//! (deploy/varroa/rbac.yaml, with the agents' ClusterRole) and admission policy
+//! (deploy/varroa/admission-policy.yaml) and a gateway CA installed, the example configuration applied, and
 //! the operator running in-process as `varroa-system/varroa-operator`, with a mite source the
 //! test drives.
 
@@ -138,6 +139,8 @@ impl Env {
             .expect("watch");
         }
         apply_yaml(&admin, &std::fs::read_to_string(repo("deploy/varroa/rbac.yaml")).expect("rbac")).await;
+        let policy = std::fs::read_to_string(repo("deploy/varroa/admission-policy.yaml")).expect("admission policy");
+        apply_yaml(&admin, &policy).await;
         apply_yaml(&admin, WORLD).await;
         install_gateway_ca(&admin, "gateway CA").await;
         let sa = service_account_client(&dc, &admin).await;
