@@ -407,3 +407,27 @@ async fn ingress_annotations_pass_the_allowlist_only_and_a_taken_host_is_refused
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_binding_to_the_old_role_is_replaced_by_one_to_the_cluster_role() {
+    // A Controller provisioned by an earlier version: its RoleBinding points at a Role of its own.
+    let mut env = Env::cluster().await;
+    let c = env.create("ci", json!({})).await;
+    let uid = c.uid().expect("uid");
+    let old: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "ci-agents", "namespace": TEAM,
+                     "labels": {"app.kubernetes.io/managed-by": "varroa-operator", "varroa.dev/controller": "ci"},
+                     "ownerReferences": [{"apiVersion": "varroa.dev/v1alpha1", "kind": "Controller", "name": "ci",
+                                          "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ci-agents"},
+        "subjects": [{"kind": "ServiceAccount", "name": "ci", "namespace": TEAM}],
+    }))
+    .expect("a RoleBinding");
+    let bindings: Api<RoleBinding> = Api::namespaced(env.admin.clone(), TEAM);
+    let old = bindings.create(&PostParams::default(), &old).await.expect("the old binding");
+    env.start_operator(config());
+    env.wait_phase("ci", ControllerPhase::Running).await;
+    let rb: RoleBinding = env.obj("ci-agents").await;
+    assert_eq!((rb.role_ref.kind.as_str(), rb.role_ref.name.as_str()), ("ClusterRole", "varroa-jenkins-agents"));
+    assert_ne!(rb.uid(), old.uid(), "replaced (roleRef cannot change in place)");
+}
