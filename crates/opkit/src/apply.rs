@@ -900,7 +900,10 @@ mod tests {
         assert_eq!(first_change(&dry, &live).as_deref(), Some(".spec.ports[1] was added"));
         let mut live = dry.clone();
         live["metadata"]["labels"] = json!({"other": "y"});
-        assert_eq!(first_change(&dry, &live).as_deref(), Some(".metadata.labels.app was removed"));
+        assert_eq!(
+            first_change(&dry, &live).as_deref(),
+            Some(".metadata.labels.app was removed, .metadata.labels.other was added")
+        );
         live["metadata"]["labels"] = json!({});
         assert_eq!(first_change(&dry, &live).as_deref(), Some(".metadata.labels was removed"));
         let mut live = dry.clone();

@@ -20,7 +20,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -281,14 +281,13 @@ async fn all_running(client: Client, n: usize) {
 }
 
 /// The floor of a reconcile: the reads it makes for controller `i`, in its order (the gateway
-/// CA, the nine objects it compares, the StatefulSet again and the pods).
+/// CA, the eight objects it compares, the StatefulSet again and the pods).
 async fn reads_of(client: &Client, i: usize) -> kube::Result<()> {
     let c = controller(i);
     let name = c.name_any();
     let agents = varroa_operator::objects::agents_name(&c);
     Api::<Secret>::namespaced(client.clone(), "varroa-system").get("varroa-gateway-ca").await?;
     Api::<ServiceAccount>::namespaced(client.clone(), TEAM).get(&name).await?;
-    Api::<Role>::namespaced(client.clone(), TEAM).get(&agents).await?;
     Api::<RoleBinding>::namespaced(client.clone(), TEAM).get(&agents).await?;
     Api::<ConfigMap>::namespaced(client.clone(), TEAM).get(&name).await?;
     Api::<Secret>::namespaced(client.clone(), TEAM).get(&varroa_operator::objects::secret_name(&c)).await?;
@@ -317,7 +316,6 @@ async fn startup_lists(client: &Client) -> kube::Result<()> {
         async { Api::<ConfigMap>::all(client.clone()).list(&ours).await.map(drop) },
         async { Api::<Service>::all(client.clone()).list(&ours).await.map(drop) },
         async { Api::<ServiceAccount>::all(client.clone()).list(&ours).await.map(drop) },
-        async { Api::<Role>::all(client.clone()).list(&ours).await.map(drop) },
         async { Api::<RoleBinding>::all(client.clone()).list(&ours).await.map(drop) },
         async { Api::<Ingress>::all(client.clone()).list(&ours).await.map(drop) },
         async { Api::<Pod>::all(client.clone()).list(&pods).await.map(drop) },

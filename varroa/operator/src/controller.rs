@@ -27,7 +27,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller as KubeController};
@@ -648,7 +648,6 @@ pub async fn run(
         .owns(Api::<ConfigMap>::all(client.clone()), ours.clone())
         .owns(Api::<Service>::all(client.clone()), ours.clone())
         .owns(Api::<ServiceAccount>::all(client.clone()), ours.clone())
-        .owns(Api::<Role>::all(client.clone()), ours.clone())
         .owns(Api::<RoleBinding>::all(client.clone()), ours.clone())
         .owns(Api::<Ingress>::all(client.clone()), ours)
         .watches(Api::<Pod>::all(client.clone()), pods_cfg, |p| controller_of(&p))

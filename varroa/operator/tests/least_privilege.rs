@@ -141,6 +141,8 @@ async fn the_operator_has_only_what_it_needs_and_still_provisions_a_controller()
             ("create", "roles", ns),
             ("patch", "roles", ns),
             ("update", "roles", ns),
+            ("list", "roles", ns),
+            ("watch", "roles", None),
             ("create", "clusterroles", None),
             ("escalate", "clusterroles", None),
             ("bind", "clusterroles/cluster-admin", None),

@@ -132,8 +132,16 @@ async fn fields_added_by_others_are_removed_and_server_defaults_are_not() -> any
         }
     };
     for (patch, added) in [
-        (serde_json::json!({"spec": {"externalIPs": ["203.0.113.7"]}}), ".spec.externalIPs was added"),
-        (serde_json::json!({"spec": {"sessionAffinity": "ClientIP"}}), ".spec.sessionAffinity was changed"),
+        // The server defaults externalTrafficPolicy for a Service with external IPs.
+        (
+            serde_json::json!({"spec": {"externalIPs": ["203.0.113.7"]}}),
+            ".spec.externalIPs was added, .spec.externalTrafficPolicy was added",
+        ),
+        // ClientIP comes with a defaulted sessionAffinityConfig.
+        (
+            serde_json::json!({"spec": {"sessionAffinity": "ClientIP"}}),
+            ".spec.sessionAffinity was changed, .spec.sessionAffinityConfig was added",
+        ),
         (
             serde_json::json!({"metadata": {"labels": {"example.dev/exposed": "yes"}}}),
             ".metadata.labels.example.dev/exposed was added",
