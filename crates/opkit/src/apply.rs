@@ -193,7 +193,11 @@ impl Verified {
 
     /// Forget the objects `which` selects.
     pub fn forget(&self, which: impl Fn(&ObjectKey) -> bool) {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| !which(k));
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|k, _| !which(k));
+        if map.capacity() > 4 * map.len().max(16) {
+            map.shrink_to_fit();
+        }
     }
 
     /// How many objects are remembered.

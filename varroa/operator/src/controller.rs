@@ -215,16 +215,20 @@ impl Context {
     /// verified objects of the controller's namespace named `<name>` or `<name>-...` when no live
     /// controller there has that name (forgetting one too many costs one dry run, never a write).
     pub fn sweep(&self, live: &[Arc<Controller>]) {
+        let before = self.tracked_objects();
         let keys: std::collections::HashSet<String> = live.iter().map(|c| key_of(c)).collect();
         let uids: std::collections::HashSet<String> = live.iter().filter_map(|c| c.uid()).collect();
         if let Ok(mut f) = self.failures.lock() {
             f.retain(|k, _| keys.contains(k));
+            shrink(&mut f);
         }
         if let Ok(mut d) = self.dwell.lock() {
             d.retain(|k, _| keys.contains(k));
+            shrink(&mut d);
         }
         if let Ok(mut w) = self.written.lock() {
             w.retain(|uid, _| uids.contains(uid));
+            shrink(&mut w);
         }
         self.metrics.retain_phases(|uid| uids.contains(uid));
         // An object name `a-b-c` may belong to the controller `a-b-c`, `a-b` or `a`.
@@ -241,7 +245,11 @@ impl Context {
             }
         };
         self.metrics.writes.verified().forget(|k| !owned_by_live(&k.namespace, &k.name));
-        self.tracked_objects();
+        let after = self.tracked_objects();
+        // Many controllers went: hand their memory back instead of keeping the peak.
+        if before > after + RELEASE_AFTER_DROPPED {
+            opkit::process::release_freed_memory();
+        }
     }
 
     /// How many entries this process keeps about controllers (backoff, dwell, last status
@@ -257,6 +265,16 @@ impl Context {
         n
     }
 }
+
+/// Give a map's spare capacity back once most of it is unused (a map keeps its largest size).
+fn shrink<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 4 * m.len().max(16) {
+        m.shrink_to_fit();
+    }
+}
+
+/// How many entries a sweep must drop before it returns freed memory to the system.
+const RELEASE_AFTER_DROPPED: usize = 256;
 
 /// How often state kept about deleted controllers is dropped (see [`Context::sweep`]).
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
