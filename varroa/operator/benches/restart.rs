@@ -7,7 +7,7 @@
 //! so that only the restart is measured) against an in-process devcluster prepared as the
 //! end-to-end tests prepare it (tests/support), with the admin's credentials, or with the token
 //! of `varroa-system/varroa-operator` (exactly deploy/varroa/rbac.yaml) when VARROA_BENCH_AS=sa.
-//! The floor is the reads a reconcile makes (12 GETs and one LIST per controller) and the lists
+//! The floor is the reads a reconcile makes (11 GETs and one LIST per controller) and the lists
 //! a starting operator makes, sent directly by a client with the same credentials, in the same
 //! run. Prints a
 //! Markdown table for docs/benchmarks.md.
@@ -434,9 +434,9 @@ async fn main() {
         format!("restart: process start to {N} reconciles done"),
         secs(reconciled),
         format!(
-            "{} (the reads of {N} reconciles: 12 GETs + 1 LIST each, {} requests, 32 in flight) + {}",
+            "{} (the reads of {N} reconciles: 11 GETs + 1 LIST each, {} requests, 32 in flight) + {}",
             secs(reads),
-            N * 13,
+            N * 12,
             secs(lists)
         ),
     ));
