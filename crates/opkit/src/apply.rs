@@ -355,7 +355,8 @@ where
         }
     };
     let outcome = if restored { Outcome::Restored } else { Outcome::Updated };
-    let changed_by = if restored { last_writer(&live_json, field_manager) } else { None };
+    let first_path = detail.split(" was ").next().unwrap_or_default();
+    let changed_by = if restored { last_writer(&live_json, field_manager, first_path) } else { None };
     tracing::info!(object = %what, field_manager, outcome = outcome.as_str(), "{detail}: writing");
     let params = PostParams { dry_run: false, field_manager: Some(field_manager.to_string()) };
     let written =
@@ -529,14 +530,35 @@ fn change_at(path: &str, expected: Option<&Value>, live: Option<&Value>, found: 
     }
 }
 
-/// The field manager of the newest `managedFields` entry that is not `ours`.
-fn last_writer(live: &Value, ours: &str) -> Option<String> {
+/// The field manager, other than `ours`, that wrote the field at `path` (the first difference,
+/// `.spec.template.spec.hostNetwork`): of the `managedFields` entries of the main resource, the
+/// one that owns the longest leading part of the path, the newest among equals. Another
+/// controller that wrote elsewhere meanwhile (a Deployment's revision annotation) is not named.
+fn last_writer(live: &Value, ours: &str, path: &str) -> Option<String> {
+    let segments: Vec<&str> =
+        path.split('.').filter(|s| !s.is_empty()).map(|s| s.split('[').next().unwrap_or(s)).collect();
+    let owned_depth = |fields: Option<&Value>| {
+        let mut node = fields;
+        let mut depth = 0;
+        for seg in &segments {
+            match node.and_then(|n| n.get(format!("f:{seg}"))) {
+                Some(next) => {
+                    depth += 1;
+                    node = Some(next);
+                }
+                None => break,
+            }
+        }
+        depth
+    };
     live.pointer("/metadata/managedFields")?
         .as_array()?
         .iter()
         .filter(|e| e.get("manager").and_then(Value::as_str).is_some_and(|m| m != ours))
         .filter(|e| e.get("subresource").and_then(Value::as_str).is_none_or(str::is_empty))
-        .max_by_key(|e| e.get("time").and_then(Value::as_str).unwrap_or("").to_string())
+        .max_by_key(|e| {
+            (owned_depth(e.get("fieldsV1")), e.get("time").and_then(Value::as_str).unwrap_or("").to_string())
+        })
         .and_then(|e| e.get("manager").and_then(Value::as_str))
         .map(str::to_string)
 }
@@ -927,14 +949,28 @@ mod tests {
     }
 
     #[test]
-    fn last_writer_is_the_newest_other_manager() {
+    fn last_writer_is_the_other_manager_that_owns_the_field() {
         let live = json!({"metadata": {"managedFields": [
-            {"manager": "op", "operation": "Apply", "time": "2026-01-01T00:00:09Z"},
-            {"manager": "kubectl-edit", "operation": "Update", "time": "2026-01-01T00:00:05Z"},
+            {"manager": "op", "operation": "Apply", "time": "2026-01-01T00:00:09Z",
+             "fieldsV1": {"f:spec": {"f:template": {}}}},
+            {"manager": "kubectl-edit", "operation": "Update", "time": "2026-01-01T00:00:05Z",
+             "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:hostNetwork": {}}}}}},
+            {"manager": "deployment-controller", "operation": "Update", "time": "2026-01-01T00:00:07Z",
+             "fieldsV1": {"f:metadata": {"f:annotations": {}}}},
             {"manager": "kubelet", "operation": "Update", "subresource": "status", "time": "2026-01-01T00:00:08Z"},
             {"manager": "helm", "operation": "Update", "time": "2026-01-01T00:00:02Z"}]}});
-        assert_eq!(last_writer(&live, "op").as_deref(), Some("kubectl-edit"));
-        assert_eq!(last_writer(&json!({}), "op"), None);
+        assert_eq!(
+            last_writer(&live, "op", ".spec.template.spec.hostNetwork").as_deref(),
+            Some("kubectl-edit"),
+            "the owner of the field, not the newest writer"
+        );
+        assert_eq!(last_writer(&live, "op", ".metadata.annotations.x").as_deref(), Some("deployment-controller"));
+        assert_eq!(
+            last_writer(&live, "op", ".data.y").as_deref(),
+            Some("deployment-controller"),
+            "newest when none owns it"
+        );
+        assert_eq!(last_writer(&json!({}), "op", ".spec"), None);
     }
 
     #[test]
