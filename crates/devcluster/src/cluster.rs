@@ -27,6 +27,12 @@ pub struct Options {
     pub pod_startup: Duration,
     /// Fault injection rules (see `faults`).
     pub faults: Vec<FaultRule>,
+    /// How long a simulated container of a Job's pod runs before it exits (0 or the fault
+    /// rule's code, see `faults`); default 1s.
+    pub job_pod_duration: Duration,
+    /// The clock of the time-driven controllers (CronJobs, Job deadlines, TTL after finished);
+    /// tests move it forward with `DevCluster::advance_clock`.
+    pub clock: crate::clock::Clock,
 }
 
 impl Default for Options {
@@ -39,6 +45,8 @@ impl Default for Options {
             nodes: 1,
             pod_startup: Duration::ZERO,
             faults: vec![],
+            job_pod_duration: Duration::from_secs(1),
+            clock: Default::default(),
         }
     }
 }

@@ -12,6 +12,7 @@
 //! | `crash-loop[:CODE]` | Running, not ready; waiting `CrashLoopBackOff`, `lastState.terminated.exitCode` CODE (default 1), `restartCount` growing with the real back-off (10s, 20s, 40s, ... 5m) |
 //! | `unready` | Running, containers started but never ready |
 //! | `deadline` | like `unready`, and a Deployment running the image reports `Progressing=False`, reason `ProgressDeadlineExceeded` at once instead of after `progressDeadlineSeconds` |
+//! | `exit[:CODE]` | for a Job's pod: the container exits with CODE (default 1) after the Job pod duration: `restartPolicy: Never` makes the pod `Failed` (container `terminated`, reason `Error`), `OnFailure` restarts it with the crash-loop back-off; other pods run as without a rule |
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,9 +20,15 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     ImagePull,
-    CrashLoop { exit_code: i32 },
+    CrashLoop {
+        exit_code: i32,
+    },
     Unready,
     Deadline,
+    /// A run-to-completion container (a Job's pod) exits with this code.
+    Exit {
+        exit_code: i32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +63,7 @@ impl fmt::Display for FaultRule {
             Fault::CrashLoop { exit_code } => format!("crash-loop:{exit_code}"),
             Fault::Unready => "unready".to_string(),
             Fault::Deadline => "deadline".to_string(),
+            Fault::Exit { exit_code } => format!("exit:{exit_code}"),
         };
         write!(f, "{}={kind}", self.image)
     }
@@ -77,12 +85,16 @@ impl FromStr for FaultRule {
             None if kind == "crash-loop" => Fault::CrashLoop { exit_code: 1 },
             None if kind == "unready" => Fault::Unready,
             None if kind == "deadline" => Fault::Deadline,
+            None if kind == "exit" => Fault::Exit { exit_code: 1 },
+            Some(("exit", code)) => Fault::Exit {
+                exit_code: code.parse().map_err(|_| format!("fault {s:?}: exit code {code:?} is not an integer"))?,
+            },
             Some(("crash-loop", code)) => Fault::CrashLoop {
                 exit_code: code.parse().map_err(|_| format!("fault {s:?}: exit code {code:?} is not an integer"))?,
             },
             _ => {
                 return Err(format!(
-                    "fault {s:?}: unknown kind {kind:?}; use image-pull, crash-loop[:CODE], unready or deadline"
+                    "fault {s:?}: unknown kind {kind:?}; use image-pull, crash-loop[:CODE], unready, deadline or exit[:CODE]"
                 ));
             }
         };
@@ -105,5 +117,9 @@ mod tests {
         assert!("nginx=boom".parse::<FaultRule>().unwrap_err().contains("unknown kind"));
         let exact: FaultRule = "nginx:1=image-pull".parse().unwrap();
         assert!(exact.matches("nginx:1") && !exact.matches("nginx:12"));
+        let exit: FaultRule = "busybox*=exit:3".parse().unwrap();
+        assert_eq!(exit.fault, Fault::Exit { exit_code: 3 });
+        assert_eq!(exit.to_string(), "busybox*=exit:3");
+        assert_eq!("b=exit".parse::<FaultRule>().unwrap().fault, Fault::Exit { exit_code: 1 });
     }
 }

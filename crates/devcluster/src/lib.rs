@@ -18,6 +18,7 @@ pub mod api;
 pub mod auth;
 pub mod bootstrap;
 pub mod builtin;
+pub mod clock;
 pub mod cluster;
 pub mod controllers;
 pub mod convert;
@@ -162,6 +163,14 @@ impl DevCluster {
     /// Replace the fault rules; running pods are looked at again at once.
     pub fn set_faults(&self, rules: Vec<faults::FaultRule>) {
         self.cluster.set_faults(rules);
+    }
+
+    /// Move the clock of the time-driven controllers (CronJob schedules, Job deadlines, TTL
+    /// after finished) forward, and have them look at everything again at once: a test of an
+    /// hourly CronJob advances an hour instead of waiting one (see `clock`).
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        self.cluster.options.clock.advance(by);
+        self.cluster.kick.notify_one();
     }
 
     /// Change a node's addresses at run time (as a cloud provider would), e.g.

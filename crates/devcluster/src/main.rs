@@ -66,9 +66,14 @@ struct ServeArgs {
     #[arg(long, env = "DEVCLUSTER_POD_STARTUP_MS", default_value_t = 0)]
     pod_startup_ms: u64,
     /// Make pods of an image fail: IMAGE=KIND, KIND one of image-pull, crash-loop[:EXIT_CODE],
-    /// unready, deadline; IMAGE may end in `*` to match a prefix. Repeatable.
+    /// unready, deadline, exit[:EXIT_CODE] (a Job's pod exits with the code); IMAGE may end in `*`
+    /// to match a prefix. Repeatable.
     #[arg(long = "fault", env = "DEVCLUSTER_FAULTS", value_delimiter = ',')]
     faults: Vec<devcluster::faults::FaultRule>,
+    /// Milliseconds a simulated container of a Job's pod runs before it exits (with 0, or the
+    /// code of an `exit:CODE` fault).
+    #[arg(long, env = "DEVCLUSTER_JOB_POD_DURATION_MS", default_value_t = 1000)]
+    job_pod_duration_ms: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -130,6 +135,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             nodes: args.nodes,
             pod_startup: std::time::Duration::from_millis(args.pod_startup_ms),
             faults: args.faults.clone(),
+            job_pod_duration: std::time::Duration::from_millis(args.job_pod_duration_ms),
+            ..Default::default()
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

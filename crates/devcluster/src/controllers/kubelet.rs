@@ -279,7 +279,8 @@ fn compute_status(cl: &Cluster, pod: &Value, node: &str) -> Computed {
                     any_running = true;
                     json!({"name": name, "state": {"running": {"startedAt": running_since("containerStatuses", name)}}, "lastState": {}, "ready": false, "restartCount": 0, "image": img, "imageID": image_id, "containerID": container_id(uid, name, 0), "started": true})
                 }
-                None => {
+                // An exiting container of a Job's pod runs until `run_to_completion` ends it.
+                Some(Fault::Exit { .. }) | None => {
                     any_running = true;
                     json!({"name": name, "state": {"running": {"startedAt": running_since("containerStatuses", name)}}, "lastState": {}, "ready": true, "restartCount": 0, "image": img, "imageID": image_id, "containerID": container_id(uid, name, 0), "started": true})
                 }
@@ -404,9 +405,125 @@ impl Controller for Kubelet {
         if matches!(pod.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed")) {
             return None;
         }
-        let computed = compute_status(cl, &pod, &node);
+        let mut computed = compute_status(cl, &pod, &node);
+        run_to_completion(cl, &pod, &mut computed);
         super::write_status(cl, &pdef, &pod, computed.status, MANAGER);
         computed.requeue
+    }
+}
+
+// ---- run-to-completion containers (Jobs' pods) -------------------------------------------
+
+/// A simulated container of a Job's pod (`restartPolicy` Never or OnFailure) exits once it ran
+/// `Options::job_pod_duration`: with 0, or the code of an `exit:CODE` fault rule. As a kubelet
+/// reports it (pkg/kubelet/kubelet_pods.go `getPhase`, `generateAPIPodStatus`): the container
+/// `terminated` (reason `Completed` or `Error`); `Never` makes the pod `Succeeded` when every
+/// container exited 0 and `Failed` otherwise, with `Ready`/`ContainersReady` False (reason
+/// `PodCompleted`/`PodFailed`); `OnFailure` restarts a failed container with the crash-loop
+/// back-off (restart counts the Job controller counts against `backoffLimit`) and the pod is
+/// `Succeeded` once all exit 0. Other pods are left as computed (they run until deleted).
+fn run_to_completion(cl: &Cluster, pod: &Value, computed: &mut Computed) {
+    let owned_by_job =
+        pod.pointer("/metadata/ownerReferences").and_then(Value::as_array).into_iter().flatten().any(|r| {
+            r.get("controller").and_then(Value::as_bool) == Some(true)
+                && r.get("kind").and_then(Value::as_str) == Some("Job")
+        });
+    let policy = pod.pointer("/spec/restartPolicy").and_then(Value::as_str).unwrap_or("Always");
+    if !owned_by_job || !matches!(policy, "Never" | "OnFailure") {
+        return;
+    }
+    let Some(statuses) = computed.status.get("containerStatuses").and_then(Value::as_array).cloned() else { return };
+    // Only once every container runs (not pulling, not starting).
+    if statuses.is_empty() || statuses.iter().any(|c| c.pointer("/state/running").is_none()) {
+        return;
+    }
+    let rules = cl.faults();
+    let now_ms = jiff::Timestamp::now().as_millisecond();
+    let duration_ms = cl.options.job_pod_duration.as_millis() as i64;
+    let images: std::collections::HashMap<&str, &str> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (c.get("name").and_then(Value::as_str).unwrap_or(""), c.get("image").and_then(Value::as_str).unwrap_or(""))
+        })
+        .collect();
+    let mut next_ms: Option<i64> = None;
+    let mut out = vec![];
+    let (mut all_done, mut any_failed, mut restarting) = (true, false, false);
+    for st in statuses {
+        let name = st.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        let started = st.pointer("/state/running/startedAt").and_then(Value::as_str).unwrap_or("").to_string();
+        let started_s = super::unix(&started).unwrap_or(now_ms / 1000);
+        // startedAt has whole seconds: count from the end of that second, so a container never
+        // exits before it ran the whole duration.
+        let finish_ms = started_s * 1000 + 999 + duration_ms;
+        if now_ms < finish_ms {
+            all_done = false;
+            next_ms = Some(next_ms.map_or(finish_ms - now_ms, |n: i64| n.min(finish_ms - now_ms)));
+            out.push(st);
+            continue;
+        }
+        let code = match faults::find(&rules, images.get(name.as_str()).copied().unwrap_or("")) {
+            Some(Fault::Exit { exit_code }) => exit_code,
+            _ => 0,
+        };
+        let finished = crate::clock::format_rfc3339(finish_ms / 1000);
+        let cid = st.get("containerID").cloned().unwrap_or(Value::Null);
+        let terminated = json!({"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" },
+            "startedAt": started, "finishedAt": finished, "containerID": cid});
+        let mut next = st.clone();
+        if code != 0 && policy == "OnFailure" {
+            // Restarted in place with the crash-loop back-off, as `crash-loop` faults are.
+            all_done = false;
+            restarting = true;
+            let (restarts, wait) = crash_restarts((now_ms - finish_ms) / 1000);
+            next_ms = Some(next_ms.map_or(wait * 1000, |n| n.min(wait * 1000)));
+            next["state"] = json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off {} restarting failed container={name} pod={}_{}({})", go_secs(wait.max(10)), meta::name(pod), meta::namespace(pod), meta::uid(pod))}});
+            next["lastState"] = json!({"terminated": terminated});
+            next["restartCount"] = restarts.into();
+            next["ready"] = false.into();
+            next["started"] = false.into();
+        } else {
+            any_failed |= code != 0;
+            next["state"] = json!({"terminated": terminated});
+            next["ready"] = false.into();
+            next["started"] = false.into();
+        }
+        out.push(next);
+    }
+    let now = meta::now();
+    let mut conds = conditions::of(Some(&computed.status));
+    let s = match computed.status.as_object_mut() {
+        Some(s) => s,
+        None => return,
+    };
+    s.insert("containerStatuses".into(), Value::Array(out.clone()));
+    if all_done {
+        let (phase, reason) = if any_failed { ("Failed", "PodFailed") } else { ("Succeeded", "PodCompleted") };
+        s.insert("phase".into(), phase.into());
+        conditions::set(&mut conds, Style::Pod, "PodReadyToStartContainers", "False", "", "", &now);
+        conditions::set(&mut conds, Style::Pod, "Initialized", "True", "PodCompleted", "", &now);
+        conditions::set(&mut conds, Style::Pod, "Ready", "False", reason, "", &now);
+        conditions::set(&mut conds, Style::Pod, "ContainersReady", "False", reason, "", &now);
+        s.insert("conditions".into(), Value::Array(conds));
+    } else if restarting || out.iter().any(|c| c.pointer("/state/terminated").is_some()) {
+        let unready: Vec<&str> = out
+            .iter()
+            .filter(|c| c.get("ready") != Some(&Value::Bool(true)))
+            .filter_map(|c| c.get("name").and_then(Value::as_str))
+            .collect();
+        let msg = format!("containers with unready status: [{}]", unready.join(" "));
+        conditions::set(&mut conds, Style::Pod, "Ready", "False", "ContainersNotReady", &msg, &now);
+        conditions::set(&mut conds, Style::Pod, "ContainersReady", "False", "ContainersNotReady", &msg, &now);
+        s.insert("conditions".into(), Value::Array(conds));
+    }
+    if let Some(ms) = next_ms {
+        let d = Duration::from_millis(ms.max(1) as u64);
+        computed.requeue = Some(computed.requeue.map_or(d, |r| r.min(d)));
+    } else if all_done {
+        computed.requeue = None;
     }
 }
 

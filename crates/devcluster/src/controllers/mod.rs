@@ -13,6 +13,7 @@ pub mod deployment;
 pub mod endpoints;
 pub mod gc;
 pub mod index;
+pub mod job;
 pub mod kubelet;
 pub mod namespace;
 pub mod quota;
@@ -69,6 +70,8 @@ pub fn all() -> Vec<Box<dyn Controller>> {
         Box::new(replicaset::ReplicaSetController),
         Box::new(statefulset::StatefulSetController),
         Box::new(statefulset::VolumeBinder),
+        Box::new(job::JobController),
+        Box::new(job::TtlAfterFinished),
         Box::new(kubelet::Kubelet),
         Box::new(endpoints::EndpointsController),
         Box::new(quota::QuotaController),

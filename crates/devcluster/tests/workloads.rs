@@ -1,0 +1,297 @@
+//! The workloads and resources of a real cluster that devcluster runs and serves: Jobs (and the
+//! TTL-after-finished controller), CronJobs, DaemonSets, ReplicationControllers, APIServices,
+//! CertificateSigningRequests, ComponentStatuses and ephemeral containers; driven with the real
+//! `kubectl` and kube's typed client as users drive a real cluster. Every wait is on a watch
+//! under a timeout (or `kubectl wait`): no fixed sleeps.
+
+mod support;
+
+use devcluster::faults::{Fault, FaultRule};
+use devcluster::{DevCluster, Options};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::time::Duration;
+use support::kubectl::Kubectl;
+use support::wait::{wait_for, wait_gone, wait_list};
+
+fn from_json<T: DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("test object deserializes")
+}
+
+/// A cluster whose Jobs' pods run for 200ms, with these fault rules.
+async fn cluster_with(faults: Vec<FaultRule>) -> (DevCluster, Kubectl) {
+    let dc =
+        DevCluster::start_with(Options { job_pod_duration: Duration::from_millis(200), faults, ..Default::default() })
+            .await
+            .expect("devcluster starts");
+    let k = Kubectl::new(&dc);
+    (dc, k)
+}
+
+fn job(name: &str, image: &str, spec: Value) -> Job {
+    let mut s =
+        json!({"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]}}});
+    if let (Some(m), Some(extra)) = (s.as_object_mut(), spec.as_object()) {
+        for (k, v) in extra {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    from_json(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": s}))
+}
+
+fn condition(j: &Job, type_: &str) -> Option<(String, String)> {
+    j.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| (c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
+}
+
+fn job_pods_cfg(name: &str) -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default().labels(&format!("batch.kubernetes.io/job-name={name}"))
+}
+
+// ---- Jobs -----------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn kubectl_create_job_completes_and_kubectl_wait_sees_it() {
+    let (dc, k) = cluster_with(vec![]).await;
+    k.ok(&["create", "job", "pi", "--image=busybox", "--", "echo", "hi"]);
+    let out = k.ok(&["wait", "--for=condition=complete", "job/pi", "--timeout=30s"]);
+    assert_eq!(out.trim(), "job.batch/pi condition met");
+
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let j = jobs.get("pi").await.unwrap();
+    let st = j.status.clone().unwrap();
+    assert_eq!(st.succeeded, Some(1));
+    assert_eq!((st.active, st.failed, st.ready, st.terminating), (None, None, Some(0), Some(0)));
+    assert!(st.start_time.is_some() && st.completion_time.is_some());
+    assert_eq!(st.uncounted_terminated_pods, Some(Default::default()));
+    let types: Vec<&str> = st.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, ["SuccessCriteriaMet", "Complete"]);
+    assert_eq!(
+        condition(&j, "Complete"),
+        Some(("CompletionsReached".into(), "Reached expected number of succeeded pods".into()))
+    );
+
+    // The pod: labelled and owned as upstream's controller does, finished, finalizer released.
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    let list = pods.list(&ListParams::default().labels("job-name=pi")).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let p = &list.items[0];
+    let uid = j.metadata.uid.clone().unwrap();
+    let labels = p.metadata.labels.clone().unwrap();
+    assert_eq!(labels.get("batch.kubernetes.io/controller-uid"), Some(&uid));
+    assert_eq!(labels.get("controller-uid"), Some(&uid));
+    assert_eq!(labels.get("batch.kubernetes.io/job-name").map(String::as_str), Some("pi"));
+    assert!(p.metadata.name.as_deref().unwrap().starts_with("pi-"));
+    let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Job", "pi", Some(true)));
+    assert!(p.metadata.finalizers.as_ref().is_none_or(|f| f.is_empty()), "finalizers: {:?}", p.metadata.finalizers);
+    let ps = p.status.as_ref().unwrap();
+    assert_eq!(ps.phase.as_deref(), Some("Succeeded"));
+    let term = ps.container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().terminated.clone().unwrap();
+    assert_eq!((term.exit_code, term.reason.as_deref()), (0, Some("Completed")));
+
+    // What a user reads.
+    let table = k.ok(&["get", "job", "pi"]);
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..3], ["pi", "Complete", "1/1"], "{table}");
+    let pod_table = k.ok(&["get", "pods", "-l", "job-name=pi"]);
+    assert!(pod_table.contains("Completed"), "{pod_table}");
+    let events =
+        k.ok(&["get", "events", "--field-selector", "involvedObject.name=pi", "-o", "jsonpath={.items[*].reason}"]);
+    assert!(events.contains("SuccessfulCreate") && events.contains("Completed"), "{events}");
+}
+
+#[tokio::test]
+async fn parallel_indexed_job_runs_every_index_at_most_parallelism_at_once() {
+    let (dc, _k) = cluster_with(vec![]).await;
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    let j = job("ix", "busybox", json!({"completions": 5, "parallelism": 2, "completionMode": "Indexed"}));
+    jobs.create(&PostParams::default(), &j).await.unwrap();
+    // Never more than 2 running at once.
+    let max_active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = max_active.clone();
+    wait_list(&pods, job_pods_cfg("ix"), "5 finished pods", move |ps| {
+        let running =
+            ps.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Succeeded")).count();
+        seen.fetch_max(running, std::sync::atomic::Ordering::SeqCst);
+        ps.len() == 5 && running == 0
+    })
+    .await;
+    assert!(max_active.load(std::sync::atomic::Ordering::SeqCst) <= 2);
+    let done = wait_for(&jobs, "ix", "the Job complete", |j| condition(j, "Complete").is_some()).await;
+    let st = done.status.unwrap();
+    assert_eq!((st.succeeded, st.completed_indexes.as_deref()), (Some(5), Some("0-4")));
+    let list = pods.list(&ListParams::default().labels("job-name=ix")).await.unwrap();
+    let mut indexes: Vec<String> = list
+        .items
+        .iter()
+        .map(|p| p.metadata.annotations.as_ref().unwrap()["batch.kubernetes.io/job-completion-index"].clone())
+        .collect();
+    indexes.sort();
+    assert_eq!(indexes, ["0", "1", "2", "3", "4"]);
+    let p = list
+        .items
+        .iter()
+        .find(|p| p.metadata.labels.as_ref().unwrap()["batch.kubernetes.io/job-completion-index"] == "3")
+        .unwrap();
+    assert!(p.metadata.name.as_deref().unwrap().starts_with("ix-3-"));
+    assert_eq!(p.spec.as_ref().unwrap().hostname.as_deref(), Some("ix-3"));
+    let env = p.spec.as_ref().unwrap().containers[0].env.clone().unwrap();
+    assert!(env.iter().any(|e| e.name == "JOB_COMPLETION_INDEX"));
+}
+
+#[tokio::test]
+async fn non_indexed_completions_count_succeeded_pods() {
+    let (dc, k) = cluster_with(vec![]).await;
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    jobs.create(&PostParams::default(), &job("three", "busybox", json!({"completions": 3, "parallelism": 3})))
+        .await
+        .unwrap();
+    k.ok(&["wait", "--for=condition=complete", "job/three", "--timeout=30s"]);
+    let j = jobs.get("three").await.unwrap();
+    assert_eq!(j.status.unwrap().succeeded, Some(3));
+    let table = k.ok(&["get", "job", "three", "--no-headers"]);
+    assert!(table.contains("3/3"), "{table}");
+}
+
+#[tokio::test]
+async fn failing_pods_beyond_the_backoff_limit_fail_the_job() {
+    let (dc, k) = cluster_with(vec![FaultRule::new("example.com/fails:1", Fault::Exit { exit_code: 3 })]).await;
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    jobs.create(&PostParams::default(), &job("bad", "example.com/fails:1", json!({"backoffLimit": 0}))).await.unwrap();
+    k.ok(&["wait", "--for=condition=failed", "job/bad", "--timeout=30s"]);
+    let j = jobs.get("bad").await.unwrap();
+    assert_eq!(
+        condition(&j, "Failed"),
+        Some(("BackoffLimitExceeded".into(), "Job has reached the specified backoff limit".into()))
+    );
+    assert!(condition(&j, "FailureTarget").is_some());
+    let st = j.status.clone().unwrap();
+    assert_eq!((st.failed, st.succeeded, st.active), (Some(1), None, None));
+    assert!(st.completion_time.is_none(), "a failed Job has no completionTime");
+    let list = pods.list(&ListParams::default().labels("job-name=bad")).await.unwrap();
+    assert_eq!(list.items.len(), 1, "backoffLimit 0: no replacement pod");
+    let ps = list.items[0].status.clone().unwrap();
+    assert_eq!(ps.phase.as_deref(), Some("Failed"));
+    let term = ps.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+    assert_eq!((term.exit_code, term.reason.as_deref()), (3, Some("Error")));
+    let out = k.ok(&["get", "job", "bad", "--no-headers"]);
+    assert!(out.contains("Failed") && out.contains("0/1"), "{out}");
+}
+
+#[tokio::test]
+async fn a_replacement_pod_follows_a_failure_within_the_backoff_limit() {
+    let (dc, _k) = cluster_with(vec![FaultRule::new("example.com/fails:2", Fault::Exit { exit_code: 1 })]).await;
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    jobs.create(&PostParams::default(), &job("retry", "example.com/fails:2", json!({"backoffLimit": 1})))
+        .await
+        .unwrap();
+    // The second pod comes after the 10s job back-off; its failure exceeds the limit.
+    let j = wait_for(&jobs, "retry", "the Job failed", |j| condition(j, "Failed").is_some()).await;
+    assert_eq!(j.status.unwrap().failed, Some(2));
+    let list = pods.list(&ListParams::default().labels("job-name=retry")).await.unwrap();
+    assert_eq!(list.items.len(), 2);
+}
+
+#[tokio::test]
+async fn active_deadline_fails_a_running_job() {
+    let dc = DevCluster::start_with(Options { job_pod_duration: Duration::from_secs(3600), ..Default::default() })
+        .await
+        .unwrap();
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    jobs.create(&PostParams::default(), &job("slow", "busybox", json!({"activeDeadlineSeconds": 1}))).await.unwrap();
+    let j = wait_for(&jobs, "slow", "the Job failed", |j| condition(j, "Failed").is_some()).await;
+    assert_eq!(
+        condition(&j, "Failed"),
+        Some(("DeadlineExceeded".into(), "Job was active longer than specified deadline".into()))
+    );
+    assert_eq!(j.status.unwrap().failed, Some(1), "the deleted running pod counts as failed");
+    wait_list(&pods, job_pods_cfg("slow"), "the running pod deleted", |ps| ps.is_empty()).await;
+}
+
+#[tokio::test]
+async fn suspend_deletes_the_pods_and_resume_runs_them() {
+    let dc = DevCluster::start_with(Options { job_pod_duration: Duration::from_secs(3600), ..Default::default() })
+        .await
+        .unwrap();
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    jobs.create(&PostParams::default(), &job("sus", "busybox", json!({"parallelism": 2, "completions": 2})))
+        .await
+        .unwrap();
+    wait_list(&pods, job_pods_cfg("sus"), "2 pods", |ps| ps.len() == 2).await;
+    jobs.patch("sus", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await.unwrap();
+    let j = wait_for(&jobs, "sus", "suspended", |j| condition(j, "Suspended").is_some()).await;
+    assert_eq!(condition(&j, "Suspended"), Some(("JobSuspended".into(), "Job suspended".into())));
+    wait_list(&pods, job_pods_cfg("sus"), "pods deleted", |ps| ps.is_empty()).await;
+    let j = wait_for(&jobs, "sus", "no pods counted active", |j| {
+        j.status.as_ref().is_some_and(|s| s.active.is_none() && s.terminating == Some(0))
+    })
+    .await;
+    assert!(j.status.unwrap().start_time.is_none(), "a suspended Job has no startTime");
+    jobs.patch("sus", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": false}}))).await.unwrap();
+    let j = wait_for(&jobs, "sus", "resumed", |j| j.status.as_ref().and_then(|s| s.active) == Some(2)).await;
+    let resumed = j.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Suspended").unwrap();
+    assert_eq!((resumed.status.as_str(), resumed.reason.as_deref()), ("False", Some("JobResumed")));
+}
+
+#[tokio::test]
+async fn ttl_after_finished_deletes_the_job_and_its_pods() {
+    let (dc, _k) = cluster_with(vec![]).await;
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    let created = jobs
+        .create(&PostParams::default(), &job("ttl", "busybox", json!({"ttlSecondsAfterFinished": 0})))
+        .await
+        .unwrap();
+    wait_gone(&jobs, "ttl", created.metadata.uid.as_deref().unwrap(), "the finished Job deleted").await;
+    wait_list(&pods, job_pods_cfg("ttl"), "its pods deleted", |ps| ps.is_empty()).await;
+}
+
+#[tokio::test]
+async fn ttl_waits_for_the_clock() {
+    let (dc, _k) = cluster_with(vec![]).await;
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let created = jobs
+        .create(&PostParams::default(), &job("later", "busybox", json!({"ttlSecondsAfterFinished": 3600})))
+        .await
+        .unwrap();
+    wait_for(&jobs, "later", "complete", |j| condition(j, "Complete").is_some()).await;
+    assert!(jobs.get_opt("later").await.unwrap().is_some(), "kept until the TTL passed");
+    dc.advance_clock(Duration::from_secs(3601));
+    wait_gone(&jobs, "later", created.metadata.uid.as_deref().unwrap(), "the Job deleted after its TTL").await;
+}
+
+#[tokio::test]
+async fn kubectl_delete_job_deletes_its_pods() {
+    let dc = DevCluster::start_with(Options { job_pod_duration: Duration::from_secs(3600), ..Default::default() })
+        .await
+        .unwrap();
+    let k = Kubectl::new(&dc);
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    k.ok(&["create", "job", "long", "--image=busybox", "--", "sleep", "3600"]);
+    let running = wait_list(&pods, job_pods_cfg("long"), "a running pod", |ps| {
+        ps.len() == 1 && ps[0].status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    })
+    .await;
+    assert_eq!(
+        running[0].metadata.finalizers.as_deref(),
+        Some(&["batch.kubernetes.io/job-tracking".to_string()][..]),
+        "a running pod of a Job carries the tracking finalizer"
+    );
+    let out = k.ok(&["delete", "job", "long"]);
+    assert_eq!(out.trim(), "job.batch \"long\" deleted");
+    wait_list(&pods, job_pods_cfg("long"), "the pod deleted with its Job", |ps| ps.is_empty()).await;
+}
