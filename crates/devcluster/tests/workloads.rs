@@ -295,3 +295,198 @@ async fn kubectl_delete_job_deletes_its_pods() {
     assert_eq!(out.trim(), "job.batch \"long\" deleted");
     wait_list(&pods, job_pods_cfg("long"), "the pod deleted with its Job", |ps| ps.is_empty()).await;
 }
+
+// ---- CronJobs -------------------------------------------------------------------------------
+
+use k8s_openapi::api::batch::v1::CronJob;
+
+/// A year and a day: `@yearly` comes round exactly once per advance, and never by itself
+/// during a test (an hourly schedule could, at the top of a real hour).
+const YEAR: Duration = Duration::from_secs(366 * 24 * 3600);
+
+fn cronjob(name: &str, image: &str, spec: Value) -> CronJob {
+    let mut s = json!({"schedule": "@yearly", "jobTemplate": {"metadata": {"labels": {"from": name}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]}}}}});
+    if let (Some(m), Some(extra)) = (s.as_object_mut(), spec.as_object()) {
+        for (k, v) in extra {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    from_json(json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name}, "spec": s}))
+}
+
+fn jobs_of(name: &str) -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default().labels(&format!("from={name}"))
+}
+
+fn finished(j: &Job) -> bool {
+    condition(j, "Complete").is_some() || condition(j, "Failed").is_some()
+}
+
+#[tokio::test]
+async fn cronjob_runs_a_job_when_its_schedule_comes() {
+    let (dc, k) = cluster_with(vec![]).await;
+    let cjs: Api<CronJob> = Api::default_namespaced(dc.client());
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let cj = cjs.create(&PostParams::default(), &cronjob("nightly", "busybox", json!({}))).await.unwrap();
+    assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "nothing runs before the schedule");
+
+    dc.advance_clock(YEAR);
+    let list = wait_list(&jobs, jobs_of("nightly"), "a Job", |js| js.len() == 1).await;
+    let j = &list[0];
+    let name = j.metadata.name.clone().unwrap();
+    let stamp = j.metadata.annotations.as_ref().unwrap()["batch.kubernetes.io/cronjob-scheduled-timestamp"].clone();
+    let scheduled: k8s_openapi::jiff::Timestamp = stamp.parse().expect("an RFC 3339 timestamp");
+    assert_eq!(name, format!("nightly-{}", scheduled.as_second() / 60), "named <cronjob>-<scheduled unix minutes>");
+    assert!(stamp.ends_with("T00:00:00Z") && stamp.contains("-01-01T"), "@yearly in UTC: {stamp}");
+    let owner = &j.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("CronJob", cj.metadata.uid.as_deref().unwrap(), Some(true))
+    );
+
+    let done = wait_for(&cjs, "nightly", "the run recorded as successful", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.last_successful_time.is_some() && s.active.as_ref().is_none_or(Vec::is_empty))
+    })
+    .await;
+    let st = done.status.unwrap();
+    assert_eq!(st.last_schedule_time.unwrap().0, scheduled);
+    let out = k.ok(&["get", "cronjob", "nightly", "--no-headers"]);
+    let cells: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(&cells[..5], ["nightly", "@yearly", "<none>", "False", "0"], "{out}");
+    let events = k.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=nightly",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    assert!(events.contains("SuccessfulCreate") && events.contains("SawCompletedJob"), "{events}");
+}
+
+#[tokio::test]
+async fn cronjob_concurrency_forbid_skips_and_replace_replaces() {
+    let dc = DevCluster::start_with(Options { job_pod_duration: Duration::from_secs(3600), ..Default::default() })
+        .await
+        .unwrap();
+    let cjs: Api<CronJob> = Api::default_namespaced(dc.client());
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    cjs.create(&PostParams::default(), &cronjob("forbid", "busybox", json!({"concurrencyPolicy": "Forbid"})))
+        .await
+        .unwrap();
+    cjs.create(&PostParams::default(), &cronjob("replace", "busybox", json!({"concurrencyPolicy": "Replace"})))
+        .await
+        .unwrap();
+    cjs.create(&PostParams::default(), &cronjob("allow", "busybox", json!({}))).await.unwrap();
+    dc.advance_clock(YEAR);
+    let first_forbid = wait_list(&jobs, jobs_of("forbid"), "a first Job", |js| js.len() == 1).await;
+    let first_replace = wait_list(&jobs, jobs_of("replace"), "a first Job", |js| js.len() == 1).await;
+    wait_list(&jobs, jobs_of("allow"), "a first Job", |js| js.len() == 1).await;
+    wait_for(&cjs, "forbid", "the run active", |c| {
+        c.status.as_ref().and_then(|s| s.active.as_ref()).is_some_and(|a| a.len() == 1)
+    })
+    .await;
+
+    dc.advance_clock(YEAR);
+    // Allow: a second Job beside the first.
+    wait_list(&jobs, jobs_of("allow"), "two Jobs", |js| js.len() == 2).await;
+    // Replace: the first goes, a second comes.
+    let first = first_replace[0].metadata.name.clone().unwrap();
+    let now = wait_list(&jobs, jobs_of("replace"), "the first Job replaced", |js| {
+        js.len() == 1 && js[0].metadata.name.as_deref() != Some(first.as_str())
+    })
+    .await;
+    let cj = wait_for(&cjs, "replace", "the new run active", |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.active.as_ref())
+            .is_some_and(|a| a.len() == 1 && a[0].name == now[0].metadata.name)
+    })
+    .await;
+    assert!(cj.status.unwrap().last_schedule_time.is_some());
+    // Forbid: still the first one alone, and the event says why.
+    let ev: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(dc.client());
+    wait_list(
+        &ev,
+        kube::runtime::watcher::Config::default().fields("involvedObject.name=forbid"),
+        "JobAlreadyActive",
+        |es| es.iter().any(|e| e.reason.as_deref() == Some("JobAlreadyActive")),
+    )
+    .await;
+    let list = jobs.list(&ListParams::default().labels("from=forbid")).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].metadata.name, first_forbid[0].metadata.name);
+}
+
+#[tokio::test]
+async fn cronjob_keeps_the_history_limits_and_suspend_stops_it() {
+    let (dc, _k) = cluster_with(vec![FaultRule::new("example.com/fails:cron", Fault::Exit { exit_code: 2 })]).await;
+    let cjs: Api<CronJob> = Api::default_namespaced(dc.client());
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let spec = json!({"successfulJobsHistoryLimit": 1, "failedJobsHistoryLimit": 1});
+    cjs.create(&PostParams::default(), &cronjob("ok", "busybox", spec.clone())).await.unwrap();
+    let mut bad = cronjob("bad", "example.com/fails:cron", spec);
+    bad.spec.as_mut().unwrap().job_template.spec.as_mut().unwrap().backoff_limit = Some(0);
+    cjs.create(&PostParams::default(), &bad).await.unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 1..=3 {
+        dc.advance_clock(YEAR);
+        for name in ["ok", "bad"] {
+            let js = wait_list(&jobs, jobs_of(name), "this round's Job finished", |js| {
+                js.iter().all(finished) && js.iter().any(|j| !seen.contains(j.metadata.uid.as_deref().unwrap()))
+            })
+            .await;
+            assert!(js.len() <= 2, "round {round}: {} Jobs of {name}", js.len());
+            seen.extend(js.iter().map(|j| j.metadata.uid.clone().unwrap()));
+        }
+    }
+    // One finished Job of each is kept, the newest.
+    let ok = wait_list(&jobs, jobs_of("ok"), "one successful Job kept", |js| js.len() == 1).await;
+    let bad = wait_list(&jobs, jobs_of("bad"), "one failed Job kept", |js| js.len() == 1).await;
+    assert!(condition(&ok[0], "Complete").is_some() && condition(&bad[0], "Failed").is_some());
+    let cj = cjs.get("ok").await.unwrap();
+    let last = cj.status.unwrap().last_schedule_time.unwrap().0;
+    let stamp = ok[0].metadata.annotations.as_ref().unwrap()["batch.kubernetes.io/cronjob-scheduled-timestamp"].clone();
+    assert_eq!(stamp.parse::<k8s_openapi::jiff::Timestamp>().unwrap(), last, "the newest is kept");
+
+    cjs.patch("ok", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await.unwrap();
+    wait_for(&cjs, "ok", "suspended seen", |c| c.spec.as_ref().and_then(|s| s.suspend) == Some(true)).await;
+    dc.advance_clock(YEAR);
+    // "bad" runs again (not suspended); by then "ok" would have run too.
+    wait_list(&jobs, jobs_of("bad"), "the next failed run", |js| {
+        js.iter().any(|j| !seen.contains(j.metadata.uid.as_deref().unwrap()))
+    })
+    .await;
+    let ok_now = jobs.list(&ListParams::default().labels("from=ok")).await.unwrap();
+    assert_eq!(ok_now.items.len(), 1, "a suspended CronJob starts nothing");
+    assert_eq!(ok_now.items[0].metadata.uid, ok[0].metadata.uid);
+}
+
+#[tokio::test]
+async fn kubectl_create_job_from_a_cronjob() {
+    let (dc, k) = cluster_with(vec![]).await;
+    let cjs: Api<CronJob> = Api::default_namespaced(dc.client());
+    let cj = cjs.create(&PostParams::default(), &cronjob("backup", "busybox", json!({}))).await.unwrap();
+    let out = k.ok(&["create", "job", "backup-now", "--from=cronjob/backup"]);
+    assert_eq!(out.trim(), "job.batch/backup-now created");
+    k.ok(&["wait", "--for=condition=complete", "job/backup-now", "--timeout=30s"]);
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let j = jobs.get("backup-now").await.unwrap();
+    assert_eq!(j.metadata.annotations.as_ref().unwrap()["cronjob.kubernetes.io/instantiate"], "manual");
+    assert_eq!(j.metadata.owner_references.as_ref().unwrap()[0].uid, cj.metadata.uid.clone().unwrap());
+    wait_for(&cjs, "backup", "the manual run's success recorded", |c| {
+        c.status.as_ref().is_some_and(|s| s.last_successful_time.is_some())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn cronjob_schedules_are_validated_as_cron() {
+    let (_dc, k) = cluster_with(vec![]).await;
+    let err = k.fails(&["create", "cronjob", "x", "--image=busybox", "--schedule=61 * * * *"]);
+    assert!(err.contains("spec.schedule: Invalid value: \"61 * * * *\""), "{err}");
+    k.ok(&["create", "cronjob", "y", "--image=busybox", "--schedule=0 9 * JAN-MAR mon-fri"]);
+}

@@ -756,17 +756,41 @@ fn cron_job(obj: &Value, spec: &Value, p: &Path, create: bool, errs: &mut Errs) 
     if create && name.len() > 52 {
         errs.push(FieldError::invalid("metadata.name", name, "must be no more than 52 characters"));
     }
+    // pkg/apis/batch/validation `validateScheduleFormat` and `validateTimeZone`: robfig/cron's
+    // ParseStandard decides, and a time zone goes in `timeZone`, not the schedule.
     let schedule = s(spec, "schedule");
+    let time_zone = spec.get("timeZone").and_then(Value::as_str);
     if schedule.is_empty() {
         errs.push(FieldError::required(p.child("schedule"), ""));
-    } else if !schedule.starts_with('@') {
-        let n = schedule.split_whitespace().filter(|f| !f.starts_with("TZ=") && !f.starts_with("CRON_TZ=")).count();
-        if n != 5 {
-            errs.push(FieldError::invalid(
-                p.child("schedule"),
-                schedule,
-                format!("expected exactly 5 fields, found {n}: {schedule}"),
-            ));
+    } else {
+        if let Err(e) = crate::controllers::cronjob::Schedule::parse(schedule) {
+            errs.push(FieldError::invalid(p.child("schedule"), schedule, e));
+        }
+        if schedule.contains("TZ") {
+            let msg = if create {
+                "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"
+            } else if time_zone.is_some() {
+                "cannot use both timeZone field and TZ or CRON_TZ in schedule"
+            } else {
+                ""
+            };
+            if !msg.is_empty() {
+                errs.push(FieldError::invalid(p.child("schedule"), schedule, msg));
+            }
+        }
+    }
+    if let Some(tz) = time_zone {
+        let msg = if tz.is_empty() {
+            Some("timeZone must be nil or non-empty string".to_string())
+        } else if tz.eq_ignore_ascii_case("local") {
+            Some("timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones".to_string())
+        } else if jiff::tz::TimeZone::get(tz).is_err() {
+            Some(format!("unknown time zone {tz}"))
+        } else {
+            None
+        };
+        if let Some(m) = msg {
+            errs.push(FieldError::invalid(p.child("timeZone"), tz, m));
         }
     }
     let cp = s(spec, "concurrencyPolicy");

@@ -9,6 +9,7 @@
 
 pub mod conditions;
 pub mod crds;
+pub mod cronjob;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
@@ -72,6 +73,7 @@ pub fn all() -> Vec<Box<dyn Controller>> {
         Box::new(statefulset::VolumeBinder),
         Box::new(job::JobController),
         Box::new(job::TtlAfterFinished),
+        Box::new(cronjob::CronJobController),
         Box::new(kubelet::Kubelet),
         Box::new(endpoints::EndpointsController),
         Box::new(quota::QuotaController),
