@@ -452,22 +452,27 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 /// A kubeconfig acting as `vesper-system/vesper-operator`, with a TokenRequest token (what
 /// `devcluster token vesper-system/vesper-operator` prints), written to `path`.
 async fn service_account_kubeconfig(dc: &DevCluster, path: &Path) {
+    service_account_kubeconfig_for(dc, SA, path).await
+}
+
+/// A kubeconfig acting as ServiceAccount `vesper-system/<sa>`, written to `path`.
+async fn service_account_kubeconfig_for(dc: &DevCluster, sa: &str, path: &Path) {
     let sas: Api<ServiceAccount> = Api::namespaced(dc.client(), NS);
     let tr = TokenRequest {
         spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
         ..Default::default()
     };
     let token = sas
-        .create_token_request(SA, &PostParams::default(), &tr)
+        .create_token_request(sa, &PostParams::default(), &tr)
         .await
-        .expect("a token for vesper-system/vesper-operator")
+        .unwrap_or_else(|e| panic!("a token for vesper-system/{sa}: {e}"))
         .status
         .expect("the TokenRequest's status")
         .token;
     let kc = kube::config::Kubeconfig::from_yaml(dc.kubeconfig_yaml()).expect("the admin kubeconfig");
     let mut v = serde_json::to_value(&kc).expect("kubeconfig as JSON");
-    v["users"] = json!([{"name": SA, "user": {"token": token}}]);
-    v["contexts"][0]["context"]["user"] = json!(SA);
+    v["users"] = json!([{"name": sa, "user": {"token": token}}]);
+    v["contexts"][0]["context"]["user"] = json!(sa);
     // JSON is YAML.
     std::fs::write(path, v.to_string()).expect("write the operator's kubeconfig");
 }
@@ -659,6 +664,83 @@ async fn kubectl_apply_installs_vesper_and_two_replicas_elect_a_leader_and_fail_
     });
     drop(follower);
     drop(leader);
+}
+
+/// A ServiceAccount that may use the leader Lease and nothing else.
+const LEASE_ONLY: &str = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: lease-only, namespace: vesper-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: lease-only, namespace: vesper-system}
+rules:
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: lease-only, namespace: vesper-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: lease-only}
+subjects:
+- {kind: ServiceAccount, name: lease-only, namespace: vesper-system}
+"#;
+
+/// Issue 10, item 4 with the real `vesper-operator`: a controller that cannot start (its
+/// start-up list is refused) ends the process non-zero with the Lease released, so the next
+/// replica takes it at once; a lost Lease stops the leader at once, non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_that_cannot_start_or_a_lost_lease_ends_the_process_non_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dc = DevCluster::start_with(devcluster_options()).await.expect("devcluster starts");
+    let kubectl = Kubectl { kubeconfig: dc.kubeconfig_path(), cache: dir.path().join("kube-cache") };
+    let deploy_dir = repo().join("deploy/vesper");
+    blocking(|| kubectl.ok(&["apply", "-f", &deploy_dir.display().to_string()]));
+    let lease_only_yaml = dir.path().join("lease-only.yaml");
+    std::fs::write(&lease_only_yaml, LEASE_ONLY).expect("write");
+    blocking(|| kubectl.ok(&["apply", "-f", &lease_only_yaml.display().to_string()]));
+    let d = manifest_deployment();
+    let (lease_only, operator) = (dir.path().join("lease-only.kubeconfig"), dir.path().join("operator.kubeconfig"));
+    service_account_kubeconfig_for(&dc, "lease-only", &lease_only).await;
+    service_account_kubeconfig(&dc, &operator).await;
+    let leases: Api<Lease> = Api::namespaced(dc.client(), NS);
+
+    // The start-up list of previews is refused: it says why, releases the Lease, exits 1.
+    let mut a = spawn_operator("vesper-operator-a", &d, &lease_only, dir.path());
+    let status = blocking(|| a.wait_exit(WAIT));
+    let log = a.log_text();
+    assert!(!status.success(), "a controller that cannot start ends the process with an error: {status}\n{log}");
+    assert!(log.contains("successfully acquired lease"), "it led first:\n{log}");
+    assert!(log.contains("forbidden") || log.contains("cannot list"), "it says why:\n{log}");
+    assert!(log.contains("released the lease"), "it released the Lease:\n{log}");
+    let lease = leases.get(LEASE).await.expect("the Lease");
+    assert_eq!(holder(&lease), "", "the Lease is released, not left to expire: {lease:#?}");
+
+    // The next replica takes it at once and serves a preview.
+    let started = Instant::now();
+    let mut b = spawn_operator("vesper-operator-b", &d, &operator, dir.path());
+    wait_lease(&leases, "taken by b", &[&b], |h| h.starts_with("vesper-operator-b_")).await;
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    let example = repo().join("examples/vesper/shop-pr-42.yaml").display().to_string();
+    blocking(|| kubectl.ok(&["apply", "-f", &example]));
+    wait_ready(&dc, "shop-pr-42", &[&b]).await;
+
+    // Someone else holds the Lease now: b stops at once and exits 1.
+    let mut lease = leases.get(LEASE).await.expect("the Lease");
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    spec.holder_identity = Some("intruder".into());
+    spec.renew_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    spec.lease_duration_seconds = Some(1);
+    leases.replace(LEASE, &PostParams::default(), &lease).await.expect("write another holder");
+    let lost_at = Instant::now();
+    let status = blocking(|| b.wait_exit(Duration::from_secs(20)));
+    let log = b.log_text();
+    assert!(!status.success(), "a lost Lease ends the process with an error: {status}\n{log}");
+    assert!(lost_at.elapsed() < Duration::from_secs(10), "promptly: {:?}\n{log}", lost_at.elapsed());
+    assert!(log.contains("lost the leader lease"), "it says why:\n{log}");
 }
 
 // ---------------------------------------------------------------------------------------------
