@@ -465,13 +465,14 @@ async fn resource(
             let bytes = read_body(body).await?;
             let opts = DeleteOpts { user: Some(user.clone()), ..delete_opts(&q, headers, &bytes)? };
             let d = ops::delete(&cl, &def, &ns_str, &name, &opts)?;
-            let (code, v) = if !d.finished {
-                (202, d.object)
-            } else if def.return_deleted_object {
-                (200, d.object)
+            // An object that stays (finalizers, grace) is answered; one that is gone answers
+            // itself or a Success Status naming it, per registry (registry.Store.finalizeDelete).
+            let code = ops::delete_status_code(&d, &opts);
+            let v = if !d.finished || def.return_deleted_object {
+                d.object
             } else {
                 let (group, kind) = (def.group.clone(), def.plural.clone());
-                (200, crate::errors::success_status(&name, &group, &kind, crate::meta::uid(&d.object)))
+                crate::errors::success_status(&name, &group, &kind, crate::meta::uid(&d.object))
             };
             Ok(json_response(code, &v, Output::Json, &d.warnings))
         }

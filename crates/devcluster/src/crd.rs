@@ -412,7 +412,7 @@ pub fn resource_defs(crd: &Value) -> Vec<ResourceDef> {
                 crd: Some(crd_name.clone()),
                 storage_version: storage_version.clone(),
                 field_labels,
-                return_deleted_object: true,
+                return_deleted_object: false,
                 create_on_update: false,
                 review: false,
             }

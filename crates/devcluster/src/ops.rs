@@ -884,7 +884,7 @@ impl DeleteOpts {
         }
         o.propagation_policy = b.get("propagationPolicy").and_then(Value::as_str).map(str::to_string);
         if o.propagation_policy.is_none()
-            && let Some(orphan) = b.get("orphanDependents").and_then(Value::as_bool)
+            && let Some(orphan) = o.orphan_dependents
         {
             o.propagation_policy = Some(if orphan { "Orphan" } else { "Background" }.to_string());
         }
@@ -924,10 +924,40 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
         };
         let cur_rv = object_rv(&cur);
         if let Some(uid) = &opts.precondition_uid
+    /// The deprecated `orphanDependents`, as sent: `false` makes a delete that waits answer 202.
+    pub orphan_dependents: Option<bool>,
             && uid != meta::uid(&cur)
         {
             return Err(ApiError::conflict(
                 &def.group,
+/// Whether DELETE answers the deleted object (`true`) or a `Status` of `Success` naming it, for
+/// an object that is gone at once: the registries whose `genericregistry.Store` sets
+/// `ReturnDeletedObject: true` (kubernetes/kubernetes pkg/registry/*/*/storage/storage.go).
+/// Custom resources (apiextensions-apiserver pkg/registry/customresource/etcd.go) do not. An
+/// object that stays because finalizers or a grace period keep it is always answered.
+pub fn returns_deleted_object(group: &str, resource: &str) -> bool {
+    matches!(
+        (group, resource),
+        ("", "pods" | "services" | "serviceaccounts" | "namespaces" | "persistentvolumes" | "persistentvolumeclaims")
+            | (
+                "storage.k8s.io",
+                "storageclasses" | "volumeattachments" | "csidrivers" | "csinodes" | "volumeattributesclasses"
+            )
+            | ("scheduling.k8s.io", "priorityclasses")
+            | ("node.k8s.io", "runtimeclasses")
+            | ("flowcontrol.apiserver.k8s.io", "flowschemas" | "prioritylevelconfigurations")
+            | ("internal.apiserver.k8s.io", "storageversions")
+            | ("networking.k8s.io", "ipaddresses" | "servicecidrs")
+            | ("resource.k8s.io", _)
+    )
+}
+
+/// The HTTP code of a DELETE's answer (apiserver/pkg/endpoints/handlers/delete.go): 200, or
+/// 202 when the object stays and the client sent `orphanDependents: false`.
+pub fn delete_status_code(d: &Deleted, opts: &DeleteOpts) -> u16 {
+    if !d.finished && opts.orphan_dependents == Some(false) { 202 } else { 200 }
+}
+
                 &def.kind,
                 name,
                 &format!(
@@ -936,6 +966,7 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
                 ),
             ));
         }
+        o.orphan_dependents = b.get("orphanDependents").and_then(Value::as_bool);
         if let Some(rv) = &opts.precondition_rv
             && *rv != cur_rv.to_string()
         {

@@ -94,7 +94,7 @@ pub struct ResourceDef {
     pub storage_version: String,
     /// Field selectors supported beyond metadata.name and metadata.namespace: label -> JSON path.
     pub field_labels: Vec<(String, String)>,
-    /// DELETE answers the deleted object rather than a `Status` (custom resources, pods).
+    /// DELETE answers the deleted object rather than a `Status` (`ops::returns_deleted_object`).
     pub return_deleted_object: bool,
     /// A PUT of an object that does not exist creates it.
     pub create_on_update: bool,
@@ -614,7 +614,7 @@ fn builtin_defs() -> Vec<ResourceDef> {
                 crd: None,
                 storage_version: b.version.into(),
                 field_labels,
-                return_deleted_object: b.kind == "Pod",
+                return_deleted_object: crate::ops::returns_deleted_object(b.group, b.plural),
                 create_on_update: matches!(b.kind, "Endpoints" | "Event" | "Lease"),
                 review: b.review,
             }
