@@ -376,6 +376,13 @@ fn normalize(
     if !errs.is_empty() {
         return Err(ApiError::invalid(&def.group, &def.kind, meta::name(obj), &errs));
     }
+    if old.is_some() {
+        // As the Go structs the apiserver decodes into: the stored object has its zero fields,
+        // and an update that does not send them changes nothing there (update validation,
+        // generation and field ownership compare like with like). A create gets them after
+        // its field ownership is recorded.
+        go_zero_fields(def, obj, false);
+    }
     warnings.extend(crate::admission::validate(cl, def, obj, old, opts.subresource.as_deref(), opts.dry_run)?);
     let attrs = crate::admission::policy::Attributes {
         operation: if old.is_some() { "UPDATE" } else { "CREATE" },
@@ -398,6 +405,21 @@ fn without_volatile(obj: &Value) -> Value {
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
         if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
+/// A built-in object as the apiserver's Go structs encode it: the fields without `omitempty`
+/// are present with their zero values (see `builtin::zero`). `stored`: `obj` is in storage
+/// form (events.k8s.io Events are stored as core/v1 Events), else as `def` serves it.
+fn go_zero_fields(def: &ResourceDef, obj: &mut Value, stored: bool) {
+    if def.is_custom() {
+        return;
+    }
+    let Some(schema) = &def.schema else { return };
+    let name = match def.conversion {
+        crate::registry::Conversion::EventsV1 if stored => "io.k8s.api.core.v1.Event",
+        _ => schema.name.as_str(),
+    };
+    crate::builtin::zero::fill(name, obj, &schema.defs);
+}
+
             for e in mf {
                 if let Some(em) = e.as_object_mut() {
                     em.remove("time");
@@ -522,6 +544,7 @@ fn prepare_update(def: &ResourceDef, cur: &Value, mut new: Value, subresource: O
         }
         Some("status") => {
             // /status changes only the status.
+    go_zero_fields(def, &mut stored, true);
             let mut out = cur.clone();
             if let Some(m) = out.as_object_mut() {
                 match new.get_mut("status").map(Value::take) {
@@ -682,6 +705,7 @@ fn guaranteed_update(
             Err(e) => return Err(store_err(def, name, e)),
         }
     }
+        go_zero_fields(def, &mut stored, true);
     Err(ApiError::conflict(&def.group, &def.plural, name, "too many concurrent writes; try again"))
 }
 

@@ -5,12 +5,13 @@
 mod support;
 
 use devcluster::DevCluster;
-use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{GroupVersionKind, Status};
 use serde_json::{Value, json};
+use support::kubectl::Kubectl;
 
 async fn start() -> (DevCluster, kube::Client) {
     let dc = DevCluster::start().await.expect("devcluster starts");
@@ -65,6 +66,101 @@ async fn widget_crd(client: &kube::Client, plural: &str) -> (Api<DynamicObject>,
     let gvk = GroupVersionKind::gvk("example.com", "v1", kind);
     let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
     (Api::namespaced_with(client.clone(), "default", &ar), made)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. server-side apply fills list-map keys from their defaults (protocol: TCP)
+
+fn web_deployment() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 80, "name": "http"}]}]},
+            },
+        },
+    })
+}
+
+fn web_service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    })
+}
+
+#[tokio::test]
+async fn server_side_apply_of_ports_without_protocol() {
+    // sigs.k8s.io/structured-merge-diff typed/helpers.go keyedAssociativeListItemToPathElement
+    // takes a missing key field from the schema's default; the real OpenAPI has
+    // `default: TCP` for ContainerPort.protocol and ServicePort.protocol (+default="TCP").
+    let (_dc, client) = start().await;
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    let svcs: Api<Service> = Api::default_namespaced(client.clone());
+    let pp = PatchParams::apply("my-controller").force();
+    let d = deps.patch("web", &pp, &Patch::Apply(web_deployment())).await.expect("the Deployment applies");
+    let ports = d.spec.unwrap().template.spec.unwrap().containers[0].ports.clone().unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].protocol.as_deref(), Some("TCP"), "defaulted as a real server does");
+    let s = svcs.patch("web", &pp, &Patch::Apply(web_service())).await.expect("the Service applies");
+    assert_eq!(s.spec.unwrap().ports.unwrap()[0].protocol.as_deref(), Some("TCP"));
+
+    // A controller re-applies on every reconcile: no conflict with itself, no duplicated port.
+    let again = deps.patch("web", &pp, &Patch::Apply(web_deployment())).await.expect("the re-apply succeeds");
+    assert_eq!(again.metadata.generation, Some(1), "an unchanged apply changes no spec");
+    let ports = again.spec.unwrap().template.spec.unwrap().containers[0].ports.clone().unwrap();
+    assert_eq!(ports.len(), 1);
+    let again = svcs.patch("web", &pp, &Patch::Apply(web_service())).await.expect("the Service re-applies");
+    assert_eq!(again.spec.unwrap().ports.unwrap().len(), 1);
+
+    // Naming the protocol explicitly addresses the same item (key containerPort=80,protocol=TCP).
+    let mut explicit = web_deployment();
+    explicit["spec"]["template"]["spec"]["containers"][0]["ports"][0]["protocol"] = json!("TCP");
+    let d = deps.patch("web", &pp, &Patch::Apply(explicit)).await.expect("applies with the protocol named");
+    assert_eq!(d.spec.unwrap().template.spec.unwrap().containers[0].ports.as_ref().unwrap().len(), 1);
+    // The applied configuration's port is owned with its defaulted key.
+    let mf = serde_json::to_string(&d.metadata.managed_fields).unwrap();
+    assert!(mf.contains(r#"k:{\"containerPort\":80,\"protocol\":\"TCP\"}"#), "{mf}");
+
+    // Changing the port of one that omits the protocol replaces it (pruned by its owner).
+    let mut moved = web_deployment();
+    moved["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = json!(8080);
+    let d = deps.patch("web", &pp, &Patch::Apply(moved)).await.expect("applies the new port");
+    let ports = d.spec.unwrap().template.spec.unwrap().containers[0].ports.clone().unwrap();
+    assert_eq!(ports.iter().map(|p| p.container_port).collect::<Vec<_>>(), vec![8080]);
+}
+
+#[tokio::test]
+async fn kubectl_server_side_apply_of_an_ordinary_deployment() {
+    let (dc, client) = start().await;
+    let k = Kubectl::new(&dc);
+    let manifest = format!(
+        "{}\n---\n{}",
+        serde_json::to_string(&web_deployment()).unwrap(),
+        serde_json::to_string(&web_service()).unwrap()
+    );
+    let f = k.write("web.yaml", &manifest);
+    let out = k.ok(&["apply", "--server-side", "-f", &f]);
+    assert!(out.contains("deployment.apps/web serverside-applied"), "{out}");
+    assert!(out.contains("service/web serverside-applied"), "{out}");
+    let out = k.ok(&["apply", "--server-side", "-f", &f]);
+    assert!(out.contains("deployment.apps/web serverside-applied"), "{out}");
+    let d: Deployment = Api::default_namespaced(client).get("web").await.expect("get");
+    let port = &d.spec.unwrap().template.spec.unwrap().containers[0].ports.clone().unwrap()[0];
+    assert_eq!((port.container_port, port.protocol.as_deref()), (80, Some("TCP")));
+    // An item that omits a key without a default is still refused as upstream.
+    let bad = k.write(
+        "bad.yaml",
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "v"}]}]}}"#,
+    );
+    let err = k.fails(&["apply", "--server-side", "-f", &bad]);
+    assert!(err.contains("mountPath"), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -152,4 +248,54 @@ async fn delete_codes_are_200_unless_orphan_dependents_is_false() {
     let plain = json!({"metadata": {"name": "d"}});
     cms.create(&PostParams::default(), &serde_json::from_value(plain).unwrap()).await.expect("cm");
     assert_eq!(code("d", json!({"orphanDependents": false})).await, 200, "gone at once");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. built-in objects carry the fields Go always writes
+
+#[tokio::test]
+async fn new_objects_carry_the_fields_without_omitempty() {
+    let (dc, client) = start().await;
+    let pp = PostParams::default();
+    let dss: Api<DaemonSet> = Api::default_namespaced(client.clone());
+    let ds = json!({"metadata": {"name": "agent"}, "spec": {"selector": {"matchLabels": {"a": "agent"}},
+        "template": {"metadata": {"labels": {"a": "agent"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+    let made = dss.create(&pp, &serde_json::from_value(ds).unwrap()).await.expect("daemonset");
+    let st = made.status.expect("a DaemonSet has a status from the start");
+    assert_eq!(
+        (st.current_number_scheduled, st.number_misscheduled, st.desired_number_scheduled, st.number_ready),
+        (0, 0, 0, 0)
+    );
+    let k = Kubectl::new(&dc);
+    let out: Value = serde_json::from_str(&k.ok(&["get", "ds", "agent", "-o", "json"])).expect("json");
+    for f in ["currentNumberScheduled", "numberMisscheduled", "desiredNumberScheduled", "numberReady"] {
+        assert!(out["status"].get(f).is_some(), "status.{f} in {}", out["status"]);
+    }
+    // `kubectl get -o yaml` of a fresh object shows what a real cluster shows.
+    assert_eq!(out["spec"]["template"]["metadata"]["creationTimestamp"], Value::Null);
+    assert!(out["spec"]["template"]["metadata"].as_object().unwrap().contains_key("creationTimestamp"));
+    assert_eq!(out["spec"]["template"]["spec"]["containers"][0]["resources"], json!({}));
+
+    let rss: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+    let rs = json!({"metadata": {"name": "rs"}, "spec": {"replicas": 0, "selector": {"matchLabels": {"a": "b"}},
+        "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+    rss.create(&pp, &serde_json::from_value(rs).unwrap()).await.expect("rs");
+    let got = raw(&client, "GET", "/apis/apps/v1/namespaces/default/replicasets/rs", None).await.expect("get rs");
+    assert_eq!(got["status"]["replicas"], json!(0), "{}", got["status"]);
+
+    // Pod conditions carry lastProbeTime: null, container statuses their counters.
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let p = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}});
+    pods.create(&pp, &serde_json::from_value(p).unwrap()).await.expect("pod");
+    support::wait::wait_for(&pods, "p", "the pod to run", |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    })
+    .await;
+    let got = raw(&client, "GET", "/api/v1/namespaces/default/pods/p", None).await.expect("get pod");
+    let cond = &got["status"]["conditions"][0];
+    assert!(cond.as_object().unwrap().contains_key("lastProbeTime"), "{cond}");
+    let cs = &got["status"]["containerStatuses"][0];
+    for f in ["ready", "restartCount", "image", "imageID", "lastState"] {
+        assert!(cs.get(f).is_some(), "containerStatuses[0].{f} in {cs}");
+    }
 }

@@ -7,3 +7,4 @@ pub mod printers;
 pub mod quantity;
 pub mod schemas;
 pub mod validate;
+pub mod zero;

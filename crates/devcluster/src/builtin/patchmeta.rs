@@ -856,6 +856,8 @@ pub fn annotate(defs: &mut Map<String, Value>) {
             prop.insert("x-kubernetes-map-type".into(), json!(t));
         }
     }
+    // The `default`s of the real OpenAPI (zero values of required scalars, `+default=` markers).
+    crate::builtin::zero::annotate_defaults(defs);
     // Quantity: the real v3 schema is `oneOf: [string, number]` (a YAML `cpu: 0.5` is a number);
     // k8s-openapi marks it int-or-string, which would reject 0.5.
     if let Some(Value::Object(q)) = defs.get_mut(QUANTITY) {
