@@ -6,6 +6,7 @@ mod support;
 
 use devcluster::DevCluster;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -298,4 +299,60 @@ async fn new_objects_carry_the_fields_without_omitempty() {
     for f in ["ready", "restartCount", "image", "imageID", "lastState"] {
         assert!(cs.get(f).is_some(), "containerStatuses[0].{f} in {cs}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. TokenReview audiences
+
+async fn token(client: &kube::Client, sa: &str, audiences: &[&str]) -> String {
+    let body =
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"audiences": audiences}});
+    let tr = raw(client, "POST", &format!("/api/v1/namespaces/default/serviceaccounts/{sa}/token"), Some(body))
+        .await
+        .expect("a token");
+    tr["status"]["token"].as_str().expect("status.token").to_string()
+}
+
+async fn review(client: &kube::Client, token: &str, audiences: &[&str]) -> TokenReview {
+    let mut spec = json!({"token": token});
+    if !audiences.is_empty() {
+        spec["audiences"] = json!(audiences);
+    }
+    let api: Api<TokenReview> = Api::all(client.clone());
+    api.create(&PostParams::default(), &serde_json::from_value(json!({"spec": spec})).unwrap()).await.expect("review")
+}
+
+#[tokio::test]
+async fn token_review_audiences_are_the_intersection() {
+    // pkg/registry/authentication/tokenreview/storage.go and pkg/serviceaccount/jwt.go.
+    let (_dc, client) = start().await;
+    let sas: Api<ServiceAccount> = Api::default_namespaced(client.clone());
+    sas.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap())
+        .await
+        .expect("sa");
+    let issuer = "https://kubernetes.default.svc.cluster.local";
+
+    let vault = token(&client, "robot", &["vault", "nats"]).await;
+    let st = review(&client, &vault, &["nats", "other"]).await.status.expect("status");
+    assert_eq!(st.authenticated, Some(true));
+    assert_eq!(st.audiences, Some(vec!["nats".to_string()]));
+    assert_eq!(st.user.unwrap().username.as_deref(), Some("system:serviceaccount:default:robot"));
+
+    // No audience in the review: the server's; a token for others is not authenticated.
+    let st = review(&client, &vault, &[]).await.status.expect("status");
+    assert_ne!(st.authenticated, Some(true));
+    assert_eq!(
+        st.error.as_deref(),
+        Some(format!(r#"token audiences ["vault" "nats"] is invalid for the target audiences ["{issuer}"]"#).as_str())
+    );
+    assert_eq!(st.audiences, None);
+    let st = review(&client, &vault, &["other"]).await.status.expect("status");
+    assert_ne!(st.authenticated, Some(true));
+    assert!(st.error.unwrap().contains(r#"invalid for the target audiences ["other"]"#));
+
+    let default = token(&client, "robot", &[]).await;
+    let st = review(&client, &default, &[]).await.status.expect("status");
+    assert_eq!((st.authenticated, st.audiences), (Some(true), Some(vec![issuer.to_string()])));
+    let st = review(&client, &default, &["x", issuer]).await.status.expect("status");
+    assert_eq!(st.audiences, Some(vec![issuer.to_string()]));
 }

@@ -222,13 +222,7 @@ pub fn review(
             rbac::self_subject_rules_review_status(user, namespace, &snap.policy()).map_err(ApiError::bad_request)?
         }
         ("authentication.k8s.io", "selfsubjectreviews") => json!({"userInfo": user_json(user)}),
-        ("authentication.k8s.io", "tokenreviews") => {
-            let token = spec.get("token").and_then(Value::as_str).unwrap_or("");
-            match authenticate(cl, Some(&format!("Bearer {token}"))) {
-                Ok(u) => json!({"authenticated": true, "user": user_json(&u), "audiences": [ISSUER]}),
-                Err(_) => json!({"authenticated": false, "error": "invalid bearer token"}),
-            }
-        }
+        ("authentication.k8s.io", "tokenreviews") => token_review_status(cl, &spec),
         _ => return Err(ApiError::not_found_path()),
     };
     if let Some(m) = body.as_object_mut() {
@@ -267,6 +261,72 @@ pub fn token_request(cl: &Cluster, ns: &str, sa_name: &str, body: &Value) -> Api
         .unwrap_or_default();
     let seconds = body.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
     if seconds < 600 {
+/// The audiences a service-account token was issued for (`aud`, a list or one string), if it
+/// verifies.
+fn sa_token_audiences(cl: &Cluster, token: &str) -> Option<(UserInfo, Vec<String>)> {
+    let user = verify_sa_token(cl, token)?;
+    let claims = token.split('.').nth(1)?;
+    let claims: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(claims).ok()?).ok()?;
+    let auds = match claims.get("aud") {
+        Some(Value::String(a)) => vec![a.clone()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+        _ => vec![],
+    };
+    Some((user, auds))
+}
+
+/// `authenticator.Audiences.Intersect`: the items of `a` that `b` has, in `a`'s order.
+fn intersect(a: &[String], b: &[String]) -> Vec<String> {
+    a.iter().filter(|x| b.contains(x)).cloned().collect()
+}
+
+/// Go's `%q` of a `[]string`: `["a" "b"]`.
+fn go_quote_list(l: &[String]) -> String {
+    let items: Vec<String> = l.iter().map(|s| crate::field::go_quote(s)).collect();
+    format!("[{}]", items.join(" "))
+}
+
+/// The status of a TokenReview, as pkg/registry/authentication/tokenreview/storage.go writes it:
+/// the review's audiences (the server's, the issuer, when it names none) are the target; a
+/// service-account token authenticates for the intersection of its own audiences with them and
+/// fails with the JWT authenticator's error when there is none (pkg/serviceaccount/jwt.go); the
+/// admin token is audience-agnostic (authenticator.WrapAudienceAgnosticToken: authenticated for
+/// the server's audiences among the target, else not at all, without an error). `status.user`
+/// is always there, as Go writes the non-pointer struct.
+fn token_review_status(cl: &Cluster, spec: &Value) -> Value {
+    let token = spec.get("token").and_then(Value::as_str).unwrap_or("");
+    let requested: Vec<String> = spec
+        .get("audiences")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    let server = vec![ISSUER.to_string()];
+    let target = if requested.is_empty() { server.clone() } else { requested };
+    let authenticated = |u: &UserInfo, auds: Vec<String>| {
+        json!({"authenticated": true, "user": user_json(u), "audiences": auds})
+    };
+    if !token.is_empty() && constant_time_eq(token.as_bytes(), cl.creds.admin_token.as_bytes()) {
+        let auds = intersect(&server, &target);
+        return if auds.is_empty() { json!({"user": {}}) } else { authenticated(&admin(), auds) };
+    }
+    match sa_token_audiences(cl, token) {
+        Some((u, token_auds)) => {
+            let auds = intersect(&token_auds, &target);
+            if auds.is_empty() {
+                json!({"user": {}, "error": format!(
+                    "token audiences {} is invalid for the target audiences {}",
+                    go_quote_list(&token_auds),
+                    go_quote_list(&target)
+                )})
+            } else {
+                authenticated(&u, auds)
+            }
+        }
+        None => json!({"user": {}, "error": "invalid bearer token"}),
+    }
+}
+
         return Err(ApiError::invalid(
             "authentication.k8s.io",
             "TokenRequest",
