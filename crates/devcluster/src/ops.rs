@@ -111,7 +111,12 @@ impl ListOpts {
         }
         self.fields.matches(&|label: &str| {
             let path = def.field_label_path(label)?;
-            meta::field_string(stored, &path)
+            if def.is_custom() {
+                return meta::field_string(stored, &path);
+            }
+            // Built-in kinds render every field label, unset ones as their Go zero value.
+            let (read_at, zero) = crate::selector::field_label_zero(&def.group, &def.plural, label);
+            Some(meta::field_string(stored, read_at.unwrap_or(&path)).unwrap_or_else(|| zero.to_string()))
         })
     }
 }

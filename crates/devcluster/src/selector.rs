@@ -855,6 +855,34 @@ impl fmt::Display for FieldSelector {
     }
 }
 
+/// A field label whose Go value is not a string, with where it is read and how an unset value
+/// renders: the registries' field set functions render every field of the object (a bool with
+/// `strconv.FormatBool`, a number with `strconv.Itoa`), so an unset field selects as its Go zero
+/// value (`spec.unschedulable=false` matches a Node without the field: `kubectl drain` and
+/// `kubectl cordon` list with it).
+/// Sources: pkg/registry/core/node/strategy.go (NodeToSelectableFields), core/pod/strategy.go
+/// (ToSelectableFields: `spec.hostNetwork`), apps/replicaset/strategy.go and
+/// core/replicationcontroller/strategy.go (`status.replicas`), batch/job/strategy.go
+/// (`status.successful` is `status.succeeded`).
+const NON_STRING_FIELD_LABELS: &[(&str, &str, &str, &str, &str)] = &[
+    // (group, resource, label, path, zero)
+    ("", "nodes", "spec.unschedulable", "spec.unschedulable", "false"),
+    ("", "pods", "spec.hostNetwork", "spec.hostNetwork", "false"),
+    ("", "replicationcontrollers", "status.replicas", "status.replicas", "0"),
+    ("apps", "replicasets", "status.replicas", "status.replicas", "0"),
+    ("batch", "jobs", "status.successful", "status.succeeded", "0"),
+];
+
+/// Where a field label of a built-in resource reads (when it is not the label itself) and
+/// what it is when the object does not set it: `""` for strings, `false`, `0`.
+pub fn field_label_zero(group: &str, resource: &str, label: &str) -> (Option<&'static str>, &'static str) {
+    NON_STRING_FIELD_LABELS
+        .iter()
+        .find(|(g, r, l, _, _)| *g == group && *r == resource && *l == label)
+        .map(|(_, _, l, p, z)| ((p != l).then_some(*p), *z))
+        .unwrap_or((None, ""))
+}
+
 /// `fields.EscapeValue`.
 pub fn escape_value(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -936,6 +964,18 @@ fn unescape_value(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_labels_render_go_zero_values() {
+        assert_eq!(field_label_zero("", "nodes", "spec.unschedulable"), (None, "false"));
+        assert_eq!(field_label_zero("", "pods", "spec.hostNetwork"), (None, "false"));
+        assert_eq!(field_label_zero("", "pods", "spec.nodeName"), (None, ""));
+        assert_eq!(field_label_zero("apps", "replicasets", "status.replicas"), (None, "0"));
+        assert_eq!(field_label_zero("batch", "jobs", "status.successful"), (Some("status.succeeded"), "0"));
+        let unscheduled = FieldSelector::parse("spec.unschedulable=false").unwrap_or_default();
+        assert!(unscheduled.matches(&|_| Some("false".to_string())));
+        assert!(!unscheduled.matches(&|_| None), "without the table an unset bool is \"\"");
+    }
     use proptest::prelude::*;
     use serde_json::json;
 

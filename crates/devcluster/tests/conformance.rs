@@ -7,9 +7,9 @@ mod support;
 use devcluster::DevCluster;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::authentication::v1::TokenReview;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{GroupVersionKind, Status};
 use serde_json::{Value, json};
 use support::kubectl::Kubectl;
@@ -355,4 +355,38 @@ async fn token_review_audiences_are_the_intersection() {
     assert_eq!((st.authenticated, st.audiences), (Some(true), Some(vec![issuer.to_string()])));
     let st = review(&client, &default, &["x", issuer]).await.status.expect("status");
     assert_eq!(st.audiences, Some(vec![issuer.to_string()]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. field selectors match Go zero values
+
+#[tokio::test]
+async fn field_selectors_match_unset_fields_as_go_zero_values() {
+    let (dc, client) = start().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let all = nodes.list(&ListParams::default()).await.expect("nodes").items;
+    assert!(!all.is_empty());
+    let schedulable = nodes.list(&ListParams::default().fields("spec.unschedulable=false")).await.expect("list");
+    assert_eq!(schedulable.items.len(), all.len(), "no node sets spec.unschedulable: all match false");
+    let name = all[0].metadata.name.clone().unwrap();
+    let k = Kubectl::new(&dc);
+    k.ok(&["cordon", &name]);
+    let schedulable = nodes.list(&ListParams::default().fields("spec.unschedulable=false")).await.expect("list");
+    assert_eq!(schedulable.items.len(), all.len() - 1);
+    let cordoned = nodes.list(&ListParams::default().fields("spec.unschedulable!=false")).await.expect("list");
+    assert_eq!(cordoned.items.iter().filter_map(|n| n.metadata.name.clone()).collect::<Vec<_>>(), vec![name.clone()]);
+    k.ok(&["uncordon", &name]);
+
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let p = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}});
+    pods.create(&PostParams::default(), &serde_json::from_value(p).unwrap()).await.expect("pod");
+    let host = pods.list(&ListParams::default().fields("spec.hostNetwork=false")).await.expect("list");
+    assert_eq!(host.items.len(), 1, "a pod without hostNetwork matches false");
+
+    let rss: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+    let rs = json!({"metadata": {"name": "rs"}, "spec": {"replicas": 0, "selector": {"matchLabels": {"a": "b"}},
+        "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+    rss.create(&PostParams::default(), &serde_json::from_value(rs).unwrap()).await.expect("rs");
+    let zero = rss.list(&ListParams::default().fields("status.replicas=0")).await.expect("list");
+    assert_eq!(zero.items.len(), 1);
 }
