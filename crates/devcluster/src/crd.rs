@@ -420,6 +420,14 @@ pub fn resource_defs(crd: &Value) -> Vec<ResourceDef> {
         .collect()
 }
 
+/// Whether a CRD has the `Terminating` condition its cleanup controller sets (then no new
+/// objects are created).
+pub fn is_terminating(crd: &Value) -> bool {
+    crd.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Terminating" && c["status"] == "True"))
+}
+
 /// `vesper.eventide.dev` -> `dev.eventide.vesper`, as the apiserver names CR schemas.
 pub fn reverse_domain(group: &str) -> String {
     let mut parts: Vec<&str> = group.split('.').collect();

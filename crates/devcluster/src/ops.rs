@@ -449,7 +449,27 @@ fn spec_part(def: &ResourceDef, obj: &Value) -> Value {
     o
 }
 
+/// No new custom resources of a CRD being deleted (apiextensions-apiserver
+/// pkg/apiserver/customresource_handler.go: 405 once the CRD is `Terminating`).
+fn refuse_create_while_terminating(cl: &Cluster, def: &ResourceDef) -> ApiResult<()> {
+    let Some(crd_name) = &def.crd else { return Ok(()) };
+    let crds = crate::registry::GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions");
+    match cl.store.get(&crds, "", crd_name) {
+        Some(crd) if crate::crd::is_terminating(&crd) => {
+            let mut e =
+                ApiError::method_not_allowed("create not allowed while custom resource definition is terminating");
+            if let Some(d) = e.details.as_mut() {
+                d.group = def.group.clone();
+                d.kind = def.plural.clone();
+            }
+            Err(e)
+        }
+        _ => Ok(()),
+    }
+}
+
 pub fn create(cl: &Cluster, def: &ResourceDef, ns: &str, body: Value, opts: &WriteOpts) -> ApiResult<Written> {
+    refuse_create_while_terminating(cl, def)?;
     let mut obj = check_type(def, body, &def.kind)?;
     let now = meta::now();
     {

@@ -5,13 +5,17 @@
 mod support;
 
 use devcluster::DevCluster;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::core::{GroupVersionKind, Status};
 use serde_json::{Value, json};
+use std::time::Duration;
 use support::kubectl::Kubectl;
 
 async fn start() -> (DevCluster, kube::Client) {
@@ -389,4 +393,98 @@ async fn field_selectors_match_unset_fields_as_go_zero_values() {
     rss.create(&PostParams::default(), &serde_json::from_value(rs).unwrap()).await.expect("rs");
     let zero = rss.list(&ListParams::default().fields("status.replicas=0")).await.expect("list");
     assert_eq!(zero.items.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. deleting a CRD: the cleanup finalizer, Terminating, its objects first
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn deleting_a_crd_cleans_up_its_objects_first() {
+    // apiextensions-apiserver pkg/controller/finalizer/crd_finalizer.go and
+    // pkg/apiserver/customresource_handler.go (create refused while terminating).
+    let (_dc, client) = start().await;
+    let (api, _) = widget_crd(&client, "widgets").await;
+    let pp = PostParams::default();
+    let mut kept = widget("kept", json!({"size": 1}));
+    kept.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+    api.create(&pp, &kept).await.expect("kept");
+    api.create(&pp, &widget("plain", json!({"size": 2}))).await.expect("plain");
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let answered = crds.delete("widgets.example.com", &DeleteParams::default()).await.expect("delete the CRD");
+    let crd = answered.left().expect("the CRD stays while it is cleaned up and is answered");
+    assert!(crd.metadata.deletion_timestamp.is_some());
+    assert!(
+        crd.metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == "customresourcecleanup.apiextensions.k8s.io")),
+        "{:?}",
+        crd.metadata.finalizers
+    );
+    let rv = crd.metadata.resource_version.clone().unwrap();
+    let mut events = crds
+        .watch(&WatchParams::default().fields("metadata.name=widgets.example.com"), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+
+    // The CRD turns Terminating; its objects are deleted, the kept one waits for its finalizer.
+    let terminating = support::wait::wait_for(&crds, "widgets.example.com", "the Terminating condition", |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Terminating" && c.status == "True"))
+    })
+    .await;
+    let cond = terminating.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Terminating").unwrap();
+    assert_eq!(
+        (cond.reason.as_deref(), cond.message.as_deref()),
+        (Some("InstanceDeletionInProgress"), Some("CustomResource deletion is in progress"))
+    );
+    support::wait::wait_for(&api, "kept", "the kept widget to be deleting", |w| {
+        w.metadata.deletion_timestamp.is_some()
+    })
+    .await;
+    let gone = tokio::time::timeout(WAIT, async {
+        loop {
+            if matches!(api.get("plain").await, Err(kube::Error::Api(s)) if s.code == 404) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the widget without finalizers goes");
+
+    // No new objects of a terminating CRD.
+    let err = status(api.create(&pp, &widget("late", json!({}))).await);
+    assert_eq!((err.code, err.reason.as_str()), (405, "MethodNotAllowed"), "{err:?}");
+    assert_eq!(err.message, "create not allowed while custom resource definition is terminating");
+
+    // The CRD is still there; it goes when the kept widget's finalizer is removed.
+    crds.get("widgets.example.com").await.expect("the CRD waits for its objects");
+    api.patch("kept", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .await
+        .expect("finalizer removed");
+    let mut saw_modified = false;
+    let deleted = tokio::time::timeout(WAIT, async {
+        while let Some(ev) = events.try_next().await.expect("watch event") {
+            match ev {
+                WatchEvent::Modified(c) => {
+                    assert!(c.metadata.deletion_timestamp.is_some());
+                    saw_modified = true;
+                }
+                WatchEvent::Deleted(_) => return true,
+                _ => {}
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(deleted, Ok(true), "the watch sees the CRD deleted");
+    assert!(saw_modified, "the watch saw the CRD still there first");
+    assert_eq!(status(crds.get("widgets.example.com").await).code, 404);
 }

@@ -11,6 +11,9 @@ use std::time::Duration;
 
 pub struct CrdCleanup;
 
+/// apiextensions-apiserver's finalizer controller writes as the apiserver.
+const MANAGER: &str = "kube-apiserver";
+
 fn crds() -> GroupResource {
     GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions")
 }
@@ -51,10 +54,30 @@ impl Controller for CrdCleanup {
             return None;
         }
         let crd_def = def(cl, "apiextensions.k8s.io", "customresourcedefinitions")?;
+        if !meta::finalizers(&crd).iter().any(|f| f == crate::crd::CLEANUP_FINALIZER) {
+            return None;
+        }
         let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
         let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("");
         let gr = GroupResource::new(group, plural);
-        let (items, _) = cl.store.list(&gr, None);
+        if crate::crd::is_established(&crd) && !crate::crd::is_terminating(&crd) {
+            // First the condition (the CRD's status is recomputed on write: deleting makes it
+            // Terminating, InstanceDeletionInProgress), then the objects go.
+            let status = crd.get("status").cloned().unwrap_or_else(|| json!({}));
+            let opts =
+                crate::ops::WriteOpts { subresource: Some("status".into()), ..crate::ops::WriteOpts::system(MANAGER) };
+            let mut next = (*crd).clone();
+            if let Some(m) = next.as_object_mut() {
+                m.insert("status".into(), status);
+            }
+            if let Err(e) = crate::ops::update(cl, &crd_def, "", meta::name(&crd), next, &opts) {
+                tracing::debug!(crd = meta::name(&crd), error = %e.message, "Terminating condition not written");
+                return Some(Duration::from_millis(200));
+            }
+        }
+        // A CRD that was never established has no objects to delete (upstream writes
+        // Terminating=False, NeverEstablished, in the same update that drops the finalizer).
+        let (items, _) = if crate::crd::is_established(&crd) { cl.store.list(&gr, None) } else { (vec![], 0) };
         if !items.is_empty() {
             if let Some(d) = cl.registry.by_storage(&gr).into_iter().next() {
                 for o in items.iter().filter(|o| !meta::is_deleting(o)) {
@@ -68,7 +91,7 @@ impl Controller for CrdCleanup {
         let patch =
             json!({"metadata": {"finalizers": fins, "resourceVersion": crate::store::object_rv(&crd).to_string()}});
         let body = serde_json::to_vec(&patch).unwrap_or_default();
-        let opts = crate::ops::WriteOpts::system("apiextensions-apiserver");
+        let opts = crate::ops::WriteOpts::system(MANAGER);
         let _ =
             crate::ops::patch(cl, &crd_def, "", meta::name(&crd), crate::request::BodyFormat::MergePatch, &body, &opts);
         None
