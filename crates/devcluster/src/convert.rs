@@ -47,6 +47,7 @@ pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
                 format!("{}/{}", def.group, def.storage_version)
             };
             set_type(&mut obj, &av, &def.kind);
+            crate::crd::coerce_for_storage(def, &mut obj);
         }
         Conversion::EventsV1 => {
             rename(&mut obj, EVENT_RENAMES.into_iter());
@@ -58,13 +59,12 @@ pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
 
 /// Whether stored objects are served unchanged by `def`.
 pub fn served_as_stored(def: &ResourceDef) -> bool {
-    def.conversion == Conversion::None && def.version == def.storage_version
+    def.conversion == Conversion::None && def.version == def.storage_version && def.storage_schema.is_none()
 }
 
 /// The object as served by `def`.
 pub fn from_storage(def: &ResourceDef, stored: &Value) -> Value {
-    if def.conversion == Conversion::None
-        && def.version == def.storage_version
+    if served_as_stored(def)
         && stored.get("apiVersion").and_then(Value::as_str) == Some(def.api_version().as_str())
     {
         // Stored objects are canonical already: nothing to convert.
@@ -72,7 +72,10 @@ pub fn from_storage(def: &ResourceDef, stored: &Value) -> Value {
     }
     let mut obj = stored.clone();
     match def.conversion {
-        Conversion::None => set_type(&mut obj, &def.api_version(), &def.kind),
+        Conversion::None => {
+            crate::crd::coerce_for_read(def, &mut obj);
+            set_type(&mut obj, &def.api_version(), &def.kind);
+        }
         Conversion::EventsV1 => {
             rename(&mut obj, EVENT_RENAMES.into_iter().map(|(a, b)| (b, a)));
             set_type(&mut obj, "events.k8s.io/v1", "Event");

@@ -352,28 +352,37 @@ pub fn resource_defs(crd: &Value) -> Vec<ResourceDef> {
         .map(|v| s(v, "/name").to_string())
         .unwrap_or_default();
     let builtin_defs = crate::registry::builtin_schemas().0.clone();
+    let kind_schema = |v: &Value| {
+        let version = s(v, "/name").to_string();
+        v.pointer("/schema/openAPIV3Schema").cloned().map(|mut root| {
+            // The server grafts ObjectMeta into a CR's schema, so that apply treats
+            // finalizers as a set and ownerReferences as keyed by uid.
+            if let Some(props) = root.as_object_mut().map(|m| m.entry("properties").or_insert_with(|| json!({})))
+                && let Some(p) = props.as_object_mut()
+            {
+                p.insert(
+                    "metadata".into(),
+                    json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}),
+                );
+            }
+            KindSchema {
+                root,
+                defs: builtin_defs.clone(),
+                name: format!("{}.{}.{}", reverse_domain(&group), version, kind),
+            }
+        })
+    };
+    let storage_schema = versions.iter().find(|v| s(v, "/name") == storage_version).and_then(kind_schema);
     versions
         .iter()
         .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(false))
         .map(|v| {
             let version = s(v, "/name").to_string();
-            let schema = v.pointer("/schema/openAPIV3Schema").cloned().map(|mut root| {
-                // The server grafts ObjectMeta into a CR's schema, so that apply treats
-                // finalizers as a set and ownerReferences as keyed by uid.
-                if let Some(props) = root.as_object_mut().map(|m| m.entry("properties").or_insert_with(|| json!({})))
-                    && let Some(p) = props.as_object_mut()
-                {
-                    p.insert(
-                        "metadata".into(),
-                        json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}),
-                    );
-                }
-                KindSchema {
-                    root,
-                    defs: builtin_defs.clone(),
-                    name: format!("{}.{}.{}", reverse_domain(&group), version, kind),
-                }
-            });
+            let schema = kind_schema(v);
+            let storage_schema = storage_schema
+                .as_ref()
+                .filter(|st| needs_storage_schema(&version, &storage_version, &st.root))
+                .cloned();
             let scale = v.pointer("/subresources/scale").filter(|s| s.is_object()).map(|sc| ScaleDef {
                 spec_replicas_path: s(sc, "/specReplicasPath").to_string(),
                 status_replicas_path: s(sc, "/statusReplicasPath").to_string(),
@@ -411,6 +420,7 @@ pub fn resource_defs(crd: &Value) -> Vec<ResourceDef> {
                 columns: printer_columns(v),
                 crd: Some(crd_name.clone()),
                 storage_version: storage_version.clone(),
+                storage_schema,
                 field_labels,
                 return_deleted_object: false,
                 create_on_update: false,
@@ -418,6 +428,47 @@ pub fn resource_defs(crd: &Value) -> Vec<ResourceDef> {
             }
         })
         .collect()
+}
+
+/// Whether reads or writes through `version` need the storage version's schema: another
+/// version is stored (its schema prunes what is stored), or the stored version's schema has
+/// defaults (applied to every object read).
+pub fn needs_storage_schema(version: &str, storage_version: &str, storage_root: &Value) -> bool {
+    fn has_default(v: &Value) -> bool {
+        match v {
+            Value::Object(m) => m.contains_key("default") || m.values().any(has_default),
+            Value::Array(a) => a.iter().any(has_default),
+            _ => false,
+        }
+    }
+    version != storage_version || has_default(storage_root)
+}
+
+/// A custom resource on its way to storage: pruned with the storage version's schema when it
+/// was written through another version (apiextensions-apiserver
+/// pkg/apiserver/customresource_handler.go: the storage codec's `schemaCoercingConverter` prunes
+/// after converting to the storage version; with strategy `None` only apiVersion changes).
+pub fn coerce_for_storage(def: &ResourceDef, obj: &mut Value) {
+    if def.version == def.storage_version {
+        return;
+    }
+    if let Some(st) = &def.storage_schema {
+        crate::validation::structural::prune(obj, st.schema());
+    }
+}
+
+/// A stored custom resource read through `def`: the storage version's defaults apply (the
+/// storage codec's `unstructuredDefaulter` runs on the decoded, stored version), then it is
+/// pruned with the schema of the version read (`schemaCoercingConverter` after the conversion).
+/// Nothing is written back, as upstream.
+pub fn coerce_for_read(def: &ResourceDef, obj: &mut Value) {
+    let Some(st) = &def.storage_schema else { return };
+    crate::validation::structural::apply_defaults(obj, st.schema());
+    if def.version != def.storage_version
+        && let Some(s) = &def.schema
+    {
+        crate::validation::structural::prune(obj, s.schema());
+    }
 }
 
 /// Whether a CRD has the `Terminating` condition its cleanup controller sets (then no new

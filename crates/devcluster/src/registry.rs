@@ -92,6 +92,10 @@ pub struct ResourceDef {
     pub crd: Option<String>,
     /// The version objects of this resource are stored in.
     pub storage_version: String,
+    /// Custom resources only, when reads and writes go through more than this version's schema
+    /// (`crd::needs_storage_schema`): the storage version's schema, which prunes what is stored
+    /// and defaults what is read.
+    pub storage_schema: Option<KindSchema>,
     /// Field selectors supported beyond metadata.name and metadata.namespace: label -> JSON path.
     pub field_labels: Vec<(String, String)>,
     /// DELETE answers the deleted object rather than a `Status` (`ops::returns_deleted_object`).
@@ -633,3 +637,4 @@ mod tests {
         assert_eq!(v, vec!["v10", "v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
     }
 }
+                storage_schema: None,

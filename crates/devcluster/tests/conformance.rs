@@ -488,3 +488,101 @@ async fn deleting_a_crd_cleans_up_its_objects_first() {
     assert!(saw_modified, "the watch saw the CRD still there first");
     assert_eq!(status(crds.get("widgets.example.com").await).code, 404);
 }
+
+// ---------------------------------------------------------------------------------------------
+// 7. multi-version CRDs: each version's schema
+
+async fn two_version_crd(client: &kube::Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let schema = |props: Value| json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": props}}}});
+    let crd = json!({
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true, "schema": schema(json!({
+                    "color": {"type": "string", "default": "red"},
+                    "replicas": {"type": "integer"}}))},
+                {"name": "v2", "served": true, "storage": false, "schema": schema(json!({
+                    "color": {"type": "string", "default": "blue"},
+                    "replicas": {"type": "integer", "maximum": 5},
+                    "extra": {"type": "string"}}))},
+            ]},
+    });
+    crds.create(&PostParams::default(), &serde_json::from_value(crd).unwrap()).await.expect("the CRD");
+    support::wait::wait_for(&crds, "gadgets.example.com", "the CRD to be established", |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+    })
+    .await;
+    let api = |v: &str| {
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", v, "Gadget"), "gadgets");
+        Api::<DynamicObject>::namespaced_with(client.clone(), "default", &ar)
+    };
+    (api("v1"), api("v2"))
+}
+
+fn gadget(version: &str, name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({"apiVersion": format!("example.com/{version}"), "kind": "Gadget",
+        "metadata": {"name": name}, "spec": spec}))
+    .expect("a gadget")
+}
+
+#[tokio::test]
+async fn each_version_of_a_crd_prunes_defaults_and_validates_with_its_schema() {
+    // apiextensions-apiserver pkg/apiserver/customresource_handler.go: requests are decoded,
+    // pruned, defaulted and validated with the schema of their version; the stored object is
+    // pruned with the storage version's (schemaCoercingConverter); reads apply the storage
+    // version's defaults (unstructuredDefaulter on decode) and prune with the version read.
+    let (_dc, client) = start().await;
+    let (v1, v2) = two_version_crd(&client).await;
+    let pp = PostParams::default();
+
+    let a = v1.create(&pp, &gadget("v1", "a", json!({"replicas": 9}))).await.expect("v1 has no maximum");
+    assert_eq!(a.data["spec"]["color"], "red", "v1's default");
+    let err = status(v2.create(&pp, &gadget("v2", "b", json!({"replicas": 9}))).await);
+    assert_eq!(err.code, 422, "v2's maximum: {err:?}");
+    assert!(err.message.contains("spec.replicas"), "{}", err.message);
+    let b = v2.create(&pp, &gadget("v2", "b", json!({"replicas": 3, "extra": "x"}))).await.expect("v2 create");
+    assert_eq!(b.types.as_ref().unwrap().api_version, "example.com/v2");
+    assert_eq!(b.data["spec"]["color"], "blue", "v2's default on a v2 request");
+    // `extra` is unknown to the storage version: not stored.
+    assert!(b.data["spec"].get("extra").is_none(), "{}", b.data);
+    let b1 = v1.get("b").await.expect("read through v1");
+    assert_eq!(b1.types.as_ref().unwrap().api_version, "example.com/v1");
+    assert_eq!(b1.data["spec"], json!({"color": "blue", "replicas": 3}));
+    // Unknown fields of v1 writes through v2's view: pruned too.
+    let a2 = v2.get("a").await.expect("read through v2");
+    assert_eq!(a2.data["spec"], json!({"color": "red", "replicas": 9}));
+
+    // A default added to the storage version later shows on read, without a write.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let patch = json!([{"op": "add", "path": "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/mode",
+        "value": {"type": "string", "default": "fast"}}]);
+    crds.patch(
+        "gadgets.example.com",
+        &PatchParams::default(),
+        &Patch::<Value>::Json(serde_json::from_value(patch).unwrap()),
+    )
+    .await
+    .expect("CRD patched");
+    let read = tokio::time::timeout(WAIT, async {
+        loop {
+            let a = v1.get("a").await.expect("get");
+            if a.data["spec"].get("mode").is_some() {
+                return a;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the new default applies on read");
+    assert_eq!(read.data["spec"]["mode"], "fast");
+    assert_eq!(read.metadata.resource_version, a.metadata.resource_version, "nothing was written");
+    let list = v1.list(&ListParams::default()).await.expect("list");
+    assert!(list.items.iter().all(|g| g.data["spec"]["mode"] == "fast"));
+    // v2 does not know `mode`: pruned from its view.
+    assert!(v2.get("a").await.expect("get v2").data["spec"].get("mode").is_none());
+}
