@@ -376,17 +376,17 @@ fn normalize(
         crate::validation::decode_check(def, obj).map_err(ApiError::bad_request)?;
     }
     crate::validation::default(def, obj);
-    crate::admission::mutate(cl, def, obj, old, opts.subresource.as_deref())?;
-    let errs: Vec<FieldError> = crate::validation::validate(cl, def, obj, old);
-    if !errs.is_empty() {
-        return Err(ApiError::invalid(&def.group, &def.kind, meta::name(obj), &errs));
-    }
     if old.is_some() {
         // As the Go structs the apiserver decodes into: the stored object has its zero fields,
         // and an update that does not send them changes nothing there (update validation,
         // generation and field ownership compare like with like). A create gets them after
         // its field ownership is recorded.
         go_zero_fields(def, obj, false);
+    }
+    crate::admission::mutate(cl, def, obj, old, opts.subresource.as_deref())?;
+    let errs: Vec<FieldError> = crate::validation::validate(cl, def, obj, old);
+    if !errs.is_empty() {
+        return Err(ApiError::invalid(&def.group, &def.kind, meta::name(obj), &errs));
     }
     warnings.extend(crate::admission::validate(cl, def, obj, old, opts.subresource.as_deref(), opts.dry_run)?);
     let attrs = crate::admission::policy::Attributes {
@@ -405,11 +405,6 @@ fn normalize(
     Ok(warnings)
 }
 
-fn without_volatile(obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
 /// A built-in object as the apiserver's Go structs encode it: the fields without `omitempty`
 /// are present with their zero values (see `builtin::zero`). `stored`: `obj` is in storage
 /// form (events.k8s.io Events are stored as core/v1 Events), else as `def` serves it.
@@ -425,6 +420,11 @@ fn go_zero_fields(def: &ResourceDef, obj: &mut Value, stored: bool) {
     crate::builtin::zero::fill(name, obj, &schema.defs);
 }
 
+fn without_volatile(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
             for e in mf {
                 if let Some(em) = e.as_object_mut() {
                     em.remove("time");
@@ -543,6 +543,7 @@ pub fn create(cl: &Cluster, def: &ResourceDef, ns: &str, body: Value, opts: &Wri
         }
     }
     let mut stored = convert::to_storage(def, obj);
+    go_zero_fields(def, &mut stored, true);
     meta::canonicalize(&mut stored, def.is_custom());
     if opts.dry_run {
         if cl.store.get(&def.storage, ns, &name).is_some() {
@@ -569,7 +570,6 @@ fn prepare_update(def: &ResourceDef, cur: &Value, mut new: Value, subresource: O
         }
         Some("status") => {
             // /status changes only the status.
-    go_zero_fields(def, &mut stored, true);
             let mut out = cur.clone();
             if let Some(m) = out.as_object_mut() {
                 match new.get_mut("status").map(Value::take) {
@@ -701,6 +701,7 @@ fn guaranteed_update(
             );
         }
         let mut stored = convert::to_storage(def, new);
+        go_zero_fields(def, &mut stored, true);
         meta::canonicalize(&mut stored, def.is_custom());
         let cur_stored = cur_stored.map(|a| (*a).clone()).unwrap_or_default();
         if without_volatile(&stored) == without_volatile(&cur_stored) {
@@ -730,7 +731,6 @@ fn guaranteed_update(
             Err(e) => return Err(store_err(def, name, e)),
         }
     }
-        go_zero_fields(def, &mut stored, true);
     Err(ApiError::conflict(&def.group, &def.plural, name, "too many concurrent writes; try again"))
 }
 
@@ -920,8 +920,38 @@ pub struct DeleteOpts {
     pub precondition_rv: Option<String>,
     pub grace_period_seconds: Option<i64>,
     pub dry_run: bool,
+    /// The deprecated `orphanDependents`, as sent: `false` makes a delete that waits answer 202.
+    pub orphan_dependents: Option<bool>,
     /// Who deletes (admission policies see it); `None` for the cluster's own deletes.
     pub user: Option<crate::auth::rbac::UserInfo>,
+}
+
+/// Whether DELETE answers the deleted object (`true`) or a `Status` of `Success` naming it, for
+/// an object that is gone at once: the registries whose `genericregistry.Store` sets
+/// `ReturnDeletedObject: true` (kubernetes/kubernetes pkg/registry/*/*/storage/storage.go).
+/// Custom resources (apiextensions-apiserver pkg/registry/customresource/etcd.go) do not. An
+/// object that stays because finalizers or a grace period keep it is always answered.
+pub fn returns_deleted_object(group: &str, resource: &str) -> bool {
+    matches!(
+        (group, resource),
+        ("", "pods" | "services" | "serviceaccounts" | "namespaces" | "persistentvolumes" | "persistentvolumeclaims")
+            | (
+                "storage.k8s.io",
+                "storageclasses" | "volumeattachments" | "csidrivers" | "csinodes" | "volumeattributesclasses"
+            )
+            | ("scheduling.k8s.io", "priorityclasses")
+            | ("node.k8s.io", "runtimeclasses")
+            | ("flowcontrol.apiserver.k8s.io", "flowschemas" | "prioritylevelconfigurations")
+            | ("internal.apiserver.k8s.io", "storageversions")
+            | ("networking.k8s.io", "ipaddresses" | "servicecidrs")
+            | ("resource.k8s.io", _)
+    )
+}
+
+/// The HTTP code of a DELETE's answer (apiserver/pkg/endpoints/handlers/delete.go): 200, or
+/// 202 when the object stays and the client sent `orphanDependents: false`.
+pub fn delete_status_code(d: &Deleted, opts: &DeleteOpts) -> u16 {
+    if !d.finished && opts.orphan_dependents == Some(false) { 202 } else { 200 }
 }
 
 impl DeleteOpts {
@@ -932,6 +962,7 @@ impl DeleteOpts {
             return Err(ApiError::bad_request("the body of a delete must be a DeleteOptions object"));
         }
         o.propagation_policy = b.get("propagationPolicy").and_then(Value::as_str).map(str::to_string);
+        o.orphan_dependents = b.get("orphanDependents").and_then(Value::as_bool);
         if o.propagation_policy.is_none()
             && let Some(orphan) = o.orphan_dependents
         {
@@ -973,40 +1004,10 @@ pub fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, opts: &Dele
         };
         let cur_rv = object_rv(&cur);
         if let Some(uid) = &opts.precondition_uid
-    /// The deprecated `orphanDependents`, as sent: `false` makes a delete that waits answer 202.
-    pub orphan_dependents: Option<bool>,
             && uid != meta::uid(&cur)
         {
             return Err(ApiError::conflict(
                 &def.group,
-/// Whether DELETE answers the deleted object (`true`) or a `Status` of `Success` naming it, for
-/// an object that is gone at once: the registries whose `genericregistry.Store` sets
-/// `ReturnDeletedObject: true` (kubernetes/kubernetes pkg/registry/*/*/storage/storage.go).
-/// Custom resources (apiextensions-apiserver pkg/registry/customresource/etcd.go) do not. An
-/// object that stays because finalizers or a grace period keep it is always answered.
-pub fn returns_deleted_object(group: &str, resource: &str) -> bool {
-    matches!(
-        (group, resource),
-        ("", "pods" | "services" | "serviceaccounts" | "namespaces" | "persistentvolumes" | "persistentvolumeclaims")
-            | (
-                "storage.k8s.io",
-                "storageclasses" | "volumeattachments" | "csidrivers" | "csinodes" | "volumeattributesclasses"
-            )
-            | ("scheduling.k8s.io", "priorityclasses")
-            | ("node.k8s.io", "runtimeclasses")
-            | ("flowcontrol.apiserver.k8s.io", "flowschemas" | "prioritylevelconfigurations")
-            | ("internal.apiserver.k8s.io", "storageversions")
-            | ("networking.k8s.io", "ipaddresses" | "servicecidrs")
-            | ("resource.k8s.io", _)
-    )
-}
-
-/// The HTTP code of a DELETE's answer (apiserver/pkg/endpoints/handlers/delete.go): 200, or
-/// 202 when the object stays and the client sent `orphanDependents: false`.
-pub fn delete_status_code(d: &Deleted, opts: &DeleteOpts) -> u16 {
-    if !d.finished && opts.orphan_dependents == Some(false) { 202 } else { 200 }
-}
-
                 &def.kind,
                 name,
                 &format!(
@@ -1015,7 +1016,6 @@ pub fn delete_status_code(d: &Deleted, opts: &DeleteOpts) -> u16 {
                 ),
             ));
         }
-        o.orphan_dependents = b.get("orphanDependents").and_then(Value::as_bool);
         if let Some(rv) = &opts.precondition_rv
             && *rv != cur_rv.to_string()
         {

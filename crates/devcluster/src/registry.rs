@@ -617,6 +617,7 @@ fn builtin_defs() -> Vec<ResourceDef> {
                 columns: vec![],
                 crd: None,
                 storage_version: b.version.into(),
+                storage_schema: None,
                 field_labels,
                 return_deleted_object: crate::ops::returns_deleted_object(b.group, b.plural),
                 create_on_update: matches!(b.kind, "Endpoints" | "Event" | "Lease"),
@@ -637,4 +638,3 @@ mod tests {
         assert_eq!(v, vec!["v10", "v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
     }
 }
-                storage_schema: None,

@@ -235,32 +235,6 @@ pub fn review(
     Ok(body)
 }
 
-fn user_json(u: &UserInfo) -> Value {
-    let mut m = serde_json::Map::new();
-    m.insert("username".into(), u.name.clone().into());
-    if !u.uid.is_empty() {
-        m.insert("uid".into(), u.uid.clone().into());
-    }
-    m.insert("groups".into(), json!(u.groups));
-    if !u.extra.is_empty() {
-        m.insert("extra".into(), json!(u.extra));
-    }
-    Value::Object(m)
-}
-
-/// `POST .../serviceaccounts/{name}/token`: a TokenRequest answered with a token.
-pub fn token_request(cl: &Cluster, ns: &str, sa_name: &str, body: &Value) -> ApiResult<Value> {
-    let sa = cl
-        .store
-        .get(&GroupResource::new("", "serviceaccounts"), ns, sa_name)
-        .ok_or_else(|| ApiError::not_found("", "serviceaccounts", sa_name))?;
-    let audiences: Vec<String> = body
-        .pointer("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
-        .unwrap_or_default();
-    let seconds = body.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
-    if seconds < 600 {
 /// The audiences a service-account token was issued for (`aud`, a list or one string), if it
 /// verifies.
 fn sa_token_audiences(cl: &Cluster, token: &str) -> Option<(UserInfo, Vec<String>)> {
@@ -327,6 +301,32 @@ fn token_review_status(cl: &Cluster, spec: &Value) -> Value {
     }
 }
 
+fn user_json(u: &UserInfo) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("username".into(), u.name.clone().into());
+    if !u.uid.is_empty() {
+        m.insert("uid".into(), u.uid.clone().into());
+    }
+    m.insert("groups".into(), json!(u.groups));
+    if !u.extra.is_empty() {
+        m.insert("extra".into(), json!(u.extra));
+    }
+    Value::Object(m)
+}
+
+/// `POST .../serviceaccounts/{name}/token`: a TokenRequest answered with a token.
+pub fn token_request(cl: &Cluster, ns: &str, sa_name: &str, body: &Value) -> ApiResult<Value> {
+    let sa = cl
+        .store
+        .get(&GroupResource::new("", "serviceaccounts"), ns, sa_name)
+        .ok_or_else(|| ApiError::not_found("", "serviceaccounts", sa_name))?;
+    let audiences: Vec<String> = body
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    let seconds = body.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
+    if seconds < 600 {
         return Err(ApiError::invalid(
             "authentication.k8s.io",
             "TokenRequest",
