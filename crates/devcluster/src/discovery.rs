@@ -50,6 +50,11 @@ fn legacy_resources(defs: &[Arc<ResourceDef>]) -> Vec<Value> {
         if d.group.is_empty() && d.plural == "namespaces" {
             out.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
         }
+        if !d.is_custom() {
+            for x in crate::registry::extra_subresources(&d.group, &d.plural) {
+                out.push(json!({"name": format!("{}/{}", d.plural, x.name), "singularName": "", "namespaced": d.namespaced, "kind": x.kind, "verbs": x.verbs}));
+            }
+        }
         if d.group.is_empty() && d.plural == "pods" {
             out.push(json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}));
         }
@@ -135,6 +140,11 @@ fn aggregated_resource(d: &ResourceDef) -> Value {
     }
     if d.group.is_empty() && d.plural == "namespaces" {
         subs.push(json!({"subresource": "finalize", "responseKind": {"group": "", "version": "v1", "kind": "Namespace"}, "verbs": ["update"]}));
+    }
+    if !d.is_custom() {
+        for x in crate::registry::extra_subresources(&d.group, &d.plural) {
+            subs.push(json!({"subresource": x.name, "responseKind": {"group": "", "version": "", "kind": x.kind}, "verbs": x.verbs}));
+        }
     }
     if !subs.is_empty() {
         r["subresources"] = json!(subs);

@@ -124,12 +124,29 @@ pub fn check_subresource(def: &ResourceDef, sub: Option<&str>) -> ApiResult<()> 
         Some("finalize") if is(def, "", "namespaces") => Ok(()),
         Some("binding") if is(def, "", "pods") => Ok(()),
         Some("token") if is(def, "", "serviceaccounts") => Ok(()),
+        Some(s)
+            if !def.is_custom()
+                && crate::registry::extra_subresources(&def.group, &def.plural).iter().any(|x| x.name == s) =>
+        {
+            Ok(())
+        }
         Some(_) => Err(ApiError::not_found_path()),
     }
 }
 
 /// Fields the server allocated that an update may omit (a Service's cluster IPs).
 pub fn preserve_on_update(def: &ResourceDef, cur: &Value, new: &mut Value) {
+    if is(def, "certificates.k8s.io", "certificatesigningrequests")
+        && let Some(m) = new.as_object_mut()
+    {
+        // `csrStrategy.PrepareForUpdate`: an update of the CSR itself changes metadata only.
+        for k in ["spec", "status"] {
+            match cur.get(k) {
+                Some(v) => m.insert(k.into(), v.clone()),
+                None => m.remove(k),
+            };
+        }
+    }
     if is(def, "", "services")
         && let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut)
     {
@@ -228,4 +245,66 @@ fn allocate_service_ips(cl: &Cluster, obj: &mut Value) -> ApiResult<()> {
         }
     }
     Ok(())
+}
+
+/// What a write through one of `registry::extra_subresources` makes of the stored object: only
+/// the part that subresource owns changes (the registries' `PrepareForUpdate`). `None` for other
+/// writes.
+pub fn subresource_update(def: &ResourceDef, sub: Option<&str>, cur: &Value, new: &Value) -> Option<Value> {
+    match sub? {
+        // pkg/registry/certificates/certificates/strategy.go `csrApprovalStrategy`: only the
+        // conditions change; new ones get their timestamps.
+        "approval" if is(def, "certificates.k8s.io", "certificatesigningrequests") => {
+            let mut out = cur.clone();
+            let now = meta::now();
+            let mut conds = new.pointer("/status/conditions").cloned().unwrap_or(Value::Null);
+            for c in conds.as_array_mut().into_iter().flatten() {
+                if let Some(m) = c.as_object_mut() {
+                    for k in ["lastUpdateTime", "lastTransitionTime"] {
+                        if m.get(k).is_none_or(Value::is_null) {
+                            m.insert(k.into(), now.clone().into());
+                        }
+                    }
+                }
+            }
+            if let Some(m) = out.as_object_mut() {
+                let status = m.entry("status").or_insert_with(|| json!({}));
+                if let Some(sm) = status.as_object_mut() {
+                    if conds.is_null() {
+                        sm.remove("conditions");
+                    } else {
+                        sm.insert("conditions".into(), conds);
+                    }
+                }
+            }
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+/// Fields the server sets on create from who creates (a CertificateSigningRequest's requester:
+/// `spec.username`, `uid`, `groups`, `extra`, and no status, as its strategy's
+/// `PrepareForCreate`).
+pub fn on_create(def: &ResourceDef, obj: &mut Value, user: Option<&crate::auth::rbac::UserInfo>) {
+    if !is(def, "certificates.k8s.io", "certificatesigningrequests") {
+        return;
+    }
+    let Some(m) = obj.as_object_mut() else { return };
+    m.remove("status");
+    let Some(u) = user else { return };
+    if let Some(spec) = m.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("username".into(), u.name.clone().into());
+        if u.uid.is_empty() {
+            spec.remove("uid");
+        } else {
+            spec.insert("uid".into(), u.uid.clone().into());
+        }
+        spec.insert("groups".into(), json!(u.groups));
+        if u.extra.is_empty() {
+            spec.remove("extra");
+        } else {
+            spec.insert("extra".into(), json!(u.extra));
+        }
+    }
 }

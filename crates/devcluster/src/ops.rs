@@ -471,6 +471,7 @@ fn refuse_create_while_terminating(cl: &Cluster, def: &ResourceDef) -> ApiResult
 pub fn create(cl: &Cluster, def: &ResourceDef, ns: &str, body: Value, opts: &WriteOpts) -> ApiResult<Written> {
     refuse_create_while_terminating(cl, def)?;
     let mut obj = check_type(def, body, &def.kind)?;
+    crate::hooks::on_create(def, &mut obj, opts.user.as_ref());
     let now = meta::now();
     {
         let Some(m) = meta::meta_mut(&mut obj) else { return Err(ApiError::bad_request("the body must be an object")) };
@@ -558,6 +559,9 @@ pub fn create(cl: &Cluster, def: &ResourceDef, ns: &str, body: Value, opts: &Wri
 
 /// Build the new stored object of an update from the current one and what the client sent.
 fn prepare_update(def: &ResourceDef, cur: &Value, mut new: Value, subresource: Option<&str>) -> Value {
+    if let Some(out) = crate::hooks::subresource_update(def, subresource, cur, &new) {
+        return out;
+    }
     match subresource {
         Some("finalize") => {
             // /finalize changes only spec.finalizers (namespaces).

@@ -543,7 +543,35 @@ const BUILTINS: &[B] = &[
     b("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews").cluster().review(),
     b("authentication.k8s.io", "v1", "TokenReview", "tokenreviews").cluster().review(),
     b("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews").cluster().review(),
+    b("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests")
+        .cluster()
+        .short(&["csr"])
+        .status()
+        .fields(&["spec.signerName"]),
 ];
+
+/// A subresource some built-in resources serve besides `status` and `scale`: name, the kind it
+/// answers and its verbs (what discovery lists and the request path accepts).
+pub struct ExtraSubresource {
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+/// The subresources of a built-in resource beyond `status`/`scale` whose writes go through
+/// the generic update path (`hooks::subresource_update` says what each may change):
+/// `certificatesigningrequests/approval` (kubectl certificate approve/deny) and
+/// `pods/ephemeralcontainers` (kubectl debug).
+pub fn extra_subresources(group: &str, plural: &str) -> &'static [ExtraSubresource] {
+    const RW: &[&str] = &["get", "patch", "update"];
+    match (group, plural) {
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            &[ExtraSubresource { name: "approval", kind: "CertificateSigningRequest", verbs: RW }]
+        }
+        _ => &[],
+    }
+}
+
 
 fn builtin_defs() -> Vec<ResourceDef> {
     let (defs, names) = builtin_schemas();

@@ -490,3 +490,151 @@ async fn cronjob_schedules_are_validated_as_cron() {
     assert!(err.contains("spec.schedule: Invalid value: \"61 * * * *\""), "{err}");
     k.ok(&["create", "cronjob", "y", "--image=busybox", "--schedule=0 9 * JAN-MAR mon-fri"]);
 }
+
+// ---- CertificateSigningRequests -------------------------------------------------------------
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+
+/// A PEM PKCS#10 request for CN=user, O=group, and its key (PEM).
+fn csr_pem(user: &str, group: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, user);
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, group);
+    let req = params.serialize_request(&key).unwrap();
+    (req.pem().unwrap(), key.serialize_pem())
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn csr_manifest(name: &str, request_pem: &str, usages: &[&str]) -> String {
+    serde_json::to_string(&json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": b64(request_pem), "signerName": "kubernetes.io/kube-apiserver-client",
+            "expirationSeconds": 86400, "usages": usages}}))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_approved_client_csr_is_signed_and_its_certificate_authenticates() {
+    let (dc, k) = cluster_with(vec![]).await;
+    let (req, key) = csr_pem("jane", "dev");
+    let path = k.write("csr.json", &csr_manifest("jane", &req, &["client auth", "digital signature"]));
+    k.ok(&["create", "-f", &path]);
+    let out = k.ok(&["get", "csr"]);
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[0], "jane");
+    assert_eq!(&row[2..], ["kubernetes.io/kube-apiserver-client", "admin", "24h", "Pending"], "{out}");
+
+    let out = k.ok(&["certificate", "approve", "jane"]);
+    assert_eq!(out.trim(), "certificatesigningrequest.certificates.k8s.io/jane approved");
+    let csrs: Api<CertificateSigningRequest> = Api::all(dc.client());
+    let done = wait_for(&csrs, "jane", "the certificate issued", |c| {
+        c.status.as_ref().is_some_and(|s| s.certificate.is_some())
+    })
+    .await;
+    let st = done.status.unwrap();
+    let cond = &st.conditions.unwrap()[0];
+    assert_eq!(
+        (cond.type_.as_str(), cond.status.as_str(), cond.reason.as_deref()),
+        ("Approved", "True", Some("KubectlApprove"))
+    );
+    assert_eq!(done.spec.username.as_deref(), Some("admin"), "the requester is recorded");
+    let cert = String::from_utf8(st.certificate.unwrap().0).unwrap();
+    assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"));
+    let out = k.ok(&["get", "csr", "jane", "--no-headers"]);
+    assert!(out.contains("Approved,Issued"), "{out}");
+
+    // The certificate is a client credential of this cluster.
+    let ca = dc
+        .kubeconfig_yaml()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+        .unwrap()
+        .to_string();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: jane\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: jane}}\ncurrent-context: c\n",
+        dc.url(),
+        b64(&cert),
+        b64(&key)
+    );
+    let kc = k.write("jane.kubeconfig", &kubeconfig);
+    let who = k.ok(&[
+        "--kubeconfig",
+        &kc,
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username} {.status.userInfo.groups}",
+    ]);
+    assert!(who.starts_with("jane ") && who.contains("dev"), "{who}");
+}
+
+#[tokio::test]
+async fn denied_refused_and_invalid_csrs() {
+    let (dc, k) = cluster_with(vec![]).await;
+    let (req, _) = csr_pem("bob", "dev");
+    k.ok(&["create", "-f", &k.write("a.json", &csr_manifest("denied", &req, &["client auth"]))]);
+    let out = k.ok(&["certificate", "deny", "denied"]);
+    assert_eq!(out.trim(), "certificatesigningrequest.certificates.k8s.io/denied denied");
+    let csrs: Api<CertificateSigningRequest> = Api::all(dc.client());
+    let d = wait_for(&csrs, "denied", "denied", |c| {
+        c.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Denied"))
+    })
+    .await;
+    assert!(d.status.unwrap().certificate.is_none());
+    // Approving a denied request is refused (the conditions exclude each other).
+    let err = k.fails(&["certificate", "approve", "denied"]);
+    assert!(err.contains("is already Denied"), "{err}");
+    let both = json!({"status": {"conditions": [
+        {"type": "Denied", "status": "True", "reason": "KubectlDeny"},
+        {"type": "Approved", "status": "True", "reason": "Sneaky"}]}});
+    let r = csrs.patch_subresource("approval", "denied", &PatchParams::default(), &Patch::Merge(both)).await;
+    match r {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422);
+            assert!(s.message.contains("Approved and Denied conditions are mutually exclusive"), "{}", s.message);
+        }
+        other => panic!("approving a denied request: {other:?}"),
+    }
+
+    // The signer refuses usages a client certificate may not have.
+    k.ok(&["create", "-f", &k.write("b.json", &csr_manifest("server", &req, &["server auth"]))]);
+    k.ok(&["certificate", "approve", "server"]);
+    let f = wait_for(&csrs, "server", "failed", |c| {
+        c.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Failed"))
+    })
+    .await;
+    let failed = f.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("SignerValidationFailure"));
+    assert_eq!(k.ok(&["get", "csr", "server", "-o", "jsonpath={.status.certificate}"]), "");
+
+    // Validation as upstream.
+    let bad = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": "bad"},
+        "spec": {"request": b64("not a request"), "usages": []}});
+    let err = k.fails(&["create", "-f", &k.write("bad.json", &bad.to_string())]);
+    assert!(
+        err.contains("spec.request: Invalid value") && err.contains("PEM block type must be CERTIFICATE REQUEST"),
+        "{err}"
+    );
+    assert!(err.contains("spec.signerName: Required value"), "{err}");
+    assert!(err.contains("spec.usages: Required value"), "{err}");
+    let short = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": "short"},
+        "spec": {"request": b64(&req), "signerName": "example.com/x", "expirationSeconds": 60, "usages": ["client auth", "bogus"]}});
+    let err = k.fails(&["create", "-f", &k.write("short.json", &short.to_string())]);
+    assert!(
+        err.contains(
+            "spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 600 seconds (10 minutes)"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("spec.usages[1]: Unsupported value: \"bogus\""), "{err}");
+
+    // Discovery, RBAC names and short name.
+    let res = k.ok(&["api-resources", "--api-group=certificates.k8s.io", "--no-headers"]);
+    assert!(res.contains("certificatesigningrequests") && res.contains("csr"), "{res}");
+    assert_eq!(k.ok(&["auth", "can-i", "update", "certificatesigningrequests/approval"]).trim(), "yes");
+}

@@ -151,6 +151,7 @@ fn printer(group: &str, kind: &str) -> Option<Printer> {
         ("policy", "PodDisruptionBudget") => p(PDB, pdb_cells),
         ("storage.k8s.io", "StorageClass") => p(STORAGE_CLASS, storage_class_cells),
         ("autoscaling", "Scale") => p(SCALE, scale_cells),
+        ("certificates.k8s.io", "CertificateSigningRequest") => p(CSR, csr_cells),
         _ => None,
     }
 }
@@ -453,6 +454,27 @@ const JOB: &[Column] = &[
     wide("Containers", "string", CONTAINERS_DOC),
     wide("Images", "string", IMAGES_DOC),
     wide("Selector", "string", "A label query over pods that should match the pod count."),
+];
+
+const CSR: &[Column] = &[
+    NAME,
+    AGE,
+    col("SignerName", "string", "signerName indicates the requested signer, and is a qualified name."),
+    col(
+        "Requestor",
+        "string",
+        "request contains an x509 certificate signing request encoded in a \"CERTIFICATE REQUEST\" PEM block.",
+    ),
+    col(
+        "RequestedDuration",
+        "string",
+        "expirationSeconds is the requested duration of validity of the issued certificate.",
+    ),
+    col(
+        "Condition",
+        "string",
+        "conditions applied to the request. Known conditions are \"Approved\", \"Denied\", and \"Failed\".",
+    ),
 ];
 
 const CRON_JOB: &[Column] = &[
@@ -1560,6 +1582,46 @@ fn cron_job_cells(obj: &Value, now: i64) -> Vec<Value> {
         containers.into(),
         images.into(),
         format_label_selector(at(job_spec, &["selector"])).into(),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// certificates.k8s.io/v1
+
+/// `printCertificateSigningRequest` and `extractCSRStatus`: Denied before Approved before
+/// Pending, then `,Failed` and `,Issued`.
+fn csr_cells(obj: &Value, now: i64) -> Vec<Value> {
+    let conds = arr(obj, &["status", "conditions"]);
+    let has = |t: &str| conds.iter().any(|c| s(c, &["type"]) == t);
+    let mut status = if has("Denied") {
+        "Denied"
+    } else if has("Approved") {
+        "Approved"
+    } else {
+        "Pending"
+    }
+    .to_string();
+    if has("Failed") {
+        status.push_str(",Failed");
+    }
+    if !s(obj, &["status", "certificate"]).is_empty() {
+        status.push_str(",Issued");
+    }
+    let signer = match s(obj, &["spec", "signerName"]) {
+        "" => "<none>",
+        n => n,
+    };
+    let duration = match opt_int(obj, &["spec", "expirationSeconds"]) {
+        Some(secs) => human_duration_nanos(secs.saturating_mul(1_000_000_000)),
+        None => "<none>".to_string(),
+    };
+    vec![
+        name(obj).into(),
+        age(obj, now),
+        signer.into(),
+        s(obj, &["spec", "username"]).into(),
+        duration.into(),
+        status.into(),
     ]
 }
 

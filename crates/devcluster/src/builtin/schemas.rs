@@ -3,8 +3,8 @@
 
 use crate::schema::Defs;
 use k8s_openapi::api::{
-    admissionregistration, apps, authentication, authorization, batch, coordination, core, discovery, events,
-    networking, policy, rbac, storage,
+    admissionregistration, apps, authentication, authorization, batch, certificates, coordination, core, discovery,
+    events, networking, policy, rbac, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
 use schemars::generate::SchemaSettings;
@@ -70,6 +70,7 @@ pub fn generate() -> (Arc<Defs>, HashMap<(String, String), String>) {
         "authorization.k8s.io" "SelfSubjectRulesReview" => authorization::v1::SelfSubjectRulesReview,
         "authentication.k8s.io" "TokenReview" => authentication::v1::TokenReview,
         "authentication.k8s.io" "SelfSubjectReview" => authentication::v1::SelfSubjectReview,
+        "certificates.k8s.io" "CertificateSigningRequest" => certificates::v1::CertificateSigningRequest,
     );
     let mut defs = generator.take_definitions(true);
     crate::builtin::patchmeta::annotate(&mut defs);

@@ -39,6 +39,9 @@ pub fn is_namespaced(group: &str, kind: &str) -> bool {
             | ("networking.k8s.io", "IngressClass")
             | ("apiextensions.k8s.io", _)
             | ("admissionregistration.k8s.io", _)
+            | ("certificates.k8s.io", "CertificateSigningRequest")
+            | ("apiregistration.k8s.io", _)
+            | ("", "ComponentStatus")
     )
 }
 
@@ -177,6 +180,7 @@ pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Ve
             }
         }
         ("batch", "CronJob") => cron_job(obj, &spec, &sp, old.is_none(), &mut errs),
+        ("certificates.k8s.io", "CertificateSigningRequest") => csr(obj, old, &mut errs),
         ("networking.k8s.io", "Ingress") => ingress(&spec, &sp, &mut errs),
         ("networking.k8s.io", "NetworkPolicy") => network_policy(&spec, &sp, &mut errs),
         ("coordination.k8s.io", "Lease") => {
@@ -806,6 +810,154 @@ fn cron_job(obj: &Value, spec: &Value, p: &Path, create: bool, errs: &mut Errs) 
     }
     if let Some(js) = spec.get("jobTemplate").and_then(|j| j.get("spec")) {
         job_spec(js, &p.child("jobTemplate").child("spec"), errs);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CertificateSigningRequests (pkg/apis/certificates/validation/validation.go)
+
+/// The key usages a CertificateSigningRequest may ask for (certificates/v1 `KeyUsage`).
+pub const CSR_USAGES: &[&str] = &[
+    "signing",
+    "digital signature",
+    "content commitment",
+    "key encipherment",
+    "key agreement",
+    "data encipherment",
+    "cert sign",
+    "crl sign",
+    "encipher only",
+    "decipher only",
+    "any",
+    "server auth",
+    "client auth",
+    "code signing",
+    "email protection",
+    "s/mime",
+    "ipsec end system",
+    "ipsec tunnel",
+    "ipsec user",
+    "timestamping",
+    "ocsp signing",
+    "microsoft sgc",
+    "netscape sgc",
+];
+
+/// The PEM `CERTIFICATE REQUEST` block of `spec.request` (base64 in JSON), as `ParseCSR` finds it.
+pub fn csr_request_der(spec: &Value) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD.decode(s(spec, "request")).unwrap_or_default();
+    let text = String::from_utf8_lossy(&raw);
+    let bad = || "PEM block type must be CERTIFICATE REQUEST".to_string();
+    let begin = "-----BEGIN CERTIFICATE REQUEST-----";
+    let start = text.find(begin).ok_or_else(bad)? + begin.len();
+    let end = text[start..].find("-----END CERTIFICATE REQUEST-----").ok_or_else(bad)? + start;
+    let body: String = text[start..end].chars().filter(|c| !c.is_whitespace()).collect();
+    // A DER SEQUENCE.
+    match base64::engine::general_purpose::STANDARD.decode(body) {
+        Ok(der) if der.first() == Some(&0x30) => Ok(der),
+        _ => Err("asn1: structure error: tags don't match".to_string()),
+    }
+}
+
+fn csr(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+    let spec = obj.get("spec").unwrap_or(&Value::Null);
+    let p = Path::new("spec");
+    if old.is_none() {
+        if let Err(e) = csr_request_der(spec) {
+            let shown = spec.get("request").cloned().unwrap_or(Value::Null);
+            errs.push(FieldError::invalid(p.child("request"), shown, e));
+        }
+        let usages = arr(spec, "usages");
+        if usages.is_empty() {
+            errs.push(FieldError::required(p.child("usages"), "usages must be provided"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, u) in usages.iter().enumerate() {
+            let u = u.as_str().unwrap_or_default();
+            if !CSR_USAGES.contains(&u) {
+                errs.push(FieldError::not_supported(p.child("usages").index(i), u, CSR_USAGES));
+            } else if !seen.insert(u) {
+                errs.push(FieldError::duplicate(p.child("usages").index(i), u));
+            }
+        }
+        let signer = s(spec, "signerName");
+        if signer.is_empty() {
+            errs.push(FieldError::required(p.child("signerName"), ""));
+        } else {
+            // `ValidateSignerName`: a domain, a '/', a path.
+            match signer.split_once('/') {
+                None => errs.push(FieldError::invalid(
+                    p.child("signerName"),
+                    signer,
+                    "must be a fully qualified domain and path of the form 'example.com/signer-name'",
+                )),
+                Some((domain, path)) => {
+                    if !domain.contains('.') || domain.split('.').any(|l| !names::is_dns1123_label(l).is_empty()) {
+                        errs.push(FieldError::invalid(
+                            p.child("signerName"),
+                            signer,
+                            "the domain must be a fully qualified domain name",
+                        ));
+                    } else if path.is_empty() || path.len() > 1024 {
+                        errs.push(FieldError::invalid(
+                            p.child("signerName"),
+                            signer,
+                            "validating path: must be non-empty, at most 1024 characters",
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(e) = int(spec, "expirationSeconds")
+            && e < 600
+        {
+            errs.push(FieldError::invalid(
+                p.child("expirationSeconds"),
+                e,
+                "may not specify a duration less than 600 seconds (10 minutes)",
+            ));
+        }
+    }
+    // Conditions: unique types, Approved xor Denied, both only True.
+    let sp = Path::new("status").child("conditions");
+    let conds = obj.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, c) in conds.iter().enumerate() {
+        let t = s(c, "type");
+        let st = s(c, "status");
+        if t.is_empty() {
+            errs.push(FieldError::required(sp.index(i).child("type"), ""));
+        }
+        if st.is_empty() {
+            errs.push(FieldError::required(sp.index(i).child("status"), ""));
+        } else if !["True", "False", "Unknown"].contains(&st) {
+            errs.push(FieldError::not_supported(sp.index(i).child("status"), st, &["False", "True", "Unknown"]));
+        } else if matches!(t, "Approved" | "Denied") && st != "True" {
+            errs.push(FieldError::not_supported(sp.index(i).child("status"), st, &["True"]));
+        }
+        if matches!(t, "Approved" | "Denied" | "Failed") && !seen.insert(t.to_string()) {
+            errs.push(FieldError::duplicate(sp.index(i).child("type"), t));
+        }
+    }
+    if seen.contains("Approved") && seen.contains("Denied") {
+        errs.push(FieldError::invalid(
+            sp.clone(),
+            Value::Array(conds.clone()),
+            "Approved and Denied conditions are mutually exclusive",
+        ));
+    }
+    if let Some(o) = old {
+        let old_conds = o.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+        for t in ["Approved", "Denied"] {
+            let had = old_conds.iter().any(|c| s(c, "type") == t);
+            if had && !conds.iter().any(|c| s(c, "type") == t) {
+                errs.push(FieldError::forbidden(
+                    sp.clone(),
+                    format!("updates may not remove a condition of type {t:?}"),
+                ));
+            }
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 pub mod conditions;
 pub mod crds;
 pub mod cronjob;
+pub mod csr;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
@@ -74,6 +75,7 @@ pub fn all() -> Vec<Box<dyn Controller>> {
         Box::new(job::JobController),
         Box::new(job::TtlAfterFinished),
         Box::new(cronjob::CronJobController),
+        Box::new(csr::CsrSigner),
         Box::new(kubelet::Kubelet),
         Box::new(endpoints::EndpointsController),
         Box::new(quota::QuotaController),
