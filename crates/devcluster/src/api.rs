@@ -110,7 +110,7 @@ async fn read_body(body: Incoming) -> ApiResult<Bytes> {
 }
 
 async fn serve(cl: Arc<Cluster>, req: Request<Incoming>) -> ApiResult<Response<Body>> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let query = Query::parse(parts.uri.query());
     let accept = header_str(&parts.headers, header::ACCEPT).map(str::to_string);
@@ -202,10 +202,21 @@ async fn serve(cl: Arc<Cluster>, req: Request<Incoming>) -> ApiResult<Response<B
         PathKind::Resource(rp) if cl.registry.group_version(&rp.group, &rp.version).is_empty() => Ok(page_not_found()),
         PathKind::Resource(rp) => {
             let headers = parts.headers.clone();
-            resource(cl, parts.method, rp, query, &headers, accept.as_deref(), body, &user).await
+            // pods/exec and pods/portforward answer with a WebSocket upgrade.
+            let stream = Upgrade {
+                on: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
+                query: parts.uri.query().map(str::to_string),
+            };
+            resource(cl, parts.method, rp, query, &headers, accept.as_deref(), body, &user, stream).await
         }
         PathKind::Other(_) => Ok(page_not_found()),
     }
+}
+
+/// What a streaming subresource (exec, port-forward) needs of the raw request.
+struct Upgrade {
+    on: Option<hyper::upgrade::OnUpgrade>,
+    query: Option<String>,
 }
 
 fn field_manager(q: &Query, headers: &HeaderMap) -> String {
@@ -245,6 +256,7 @@ async fn resource(
     accept: Option<&str>,
     body: Incoming,
     user: &UserInfo,
+    stream: Upgrade,
 ) -> ApiResult<Response<Body>> {
     // Authorize first: a user who may not know a resource exists gets 403, not 404.
     let is_watch_req = rp.legacy_watch || q.get("watch").is_some_and(crate::auth::rbac::watch_param);
@@ -265,6 +277,14 @@ async fn resource(
         resource_request: true,
         path: String::new(),
     };
+    // A WebSocket GET of exec, attach or port-forward needs `create`, as upstream's
+    // AuthorizePodWebsocketUpgradeCreatePermission (on by default since 1.31) requires.
+    if rp.group.is_empty()
+        && rp.resource == "pods"
+        && matches!(rp.subresource.as_deref(), Some("exec" | "attach" | "portforward"))
+    {
+        attrs.verb = "create".to_string();
+    }
     if attrs.name.is_empty()
         && let Some(fs) = q.get("fieldSelector")
         && let Ok(sel) = crate::selector::FieldSelector::parse(fs)
@@ -312,6 +332,34 @@ async fn resource(
         };
         let answer = crate::auth::token_request(&cl, ns, name, &req)?;
         return Ok(json_response(201, &answer, Output::Json, &[]));
+    }
+    if def.group.is_empty() && def.plural == "pods" {
+        match (rp.namespace.as_deref(), rp.name.as_deref(), rp.subresource.as_deref()) {
+            (Some(ns), Some(name), Some("log")) if method == Method::GET => {
+                return crate::runtime::logs::serve(&cl, ns, name, &q);
+            }
+            (Some(ns), Some(name), Some(sub @ ("exec" | "portforward")))
+                if matches!(method, Method::GET | Method::POST) =>
+            {
+                return crate::runtime::stream::serve(
+                    &cl,
+                    crate::runtime::stream::StreamRequest {
+                        namespace: ns.to_string(),
+                        name: name.to_string(),
+                        subresource: sub.to_string(),
+                        raw_query: stream.query,
+                        headers: headers.clone(),
+                        on_upgrade: stream.on,
+                    },
+                );
+            }
+            (_, _, Some("log" | "exec" | "portforward")) => {
+                return Err(ApiError::method_not_allowed(
+                    "the server does not allow this method on the requested resource",
+                ));
+            }
+            _ => {}
+        }
     }
     crate::hooks::check_subresource(&def, rp.subresource.as_deref())?;
     let output = request::negotiate(accept, false)?;

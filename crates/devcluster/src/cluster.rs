@@ -33,6 +33,12 @@ pub struct Options {
     /// The clock of the time-driven controllers (CronJobs, Job deadlines, TTL after finished);
     /// tests move it forward with `DevCluster::advance_clock`.
     pub clock: crate::clock::Clock,
+    /// The process runtime's rules (`--run IMAGE=EXECUTABLE`): containers of matching images run
+    /// as local processes (see `runtime`); others stay simulated.
+    pub run: Vec<crate::runtime::RunRule>,
+    /// The first crash-loop back-off of the process runtime (doubling to 30×: 10s to 5m by
+    /// default); tests shorten it.
+    pub crash_backoff: Duration,
 }
 
 impl Default for Options {
@@ -47,6 +53,8 @@ impl Default for Options {
             faults: vec![],
             job_pod_duration: Duration::from_secs(1),
             clock: Default::default(),
+            run: vec![],
+            crash_backoff: Duration::from_secs(10),
         }
     }
 }
@@ -68,6 +76,8 @@ pub struct Cluster {
     pub(crate) ip_alloc: Mutex<()>,
     /// Indexes of the stored objects the controllers look things up in.
     pub(crate) index: Mutex<crate::controllers::index::Indexes>,
+    /// The process runtime (pods of `--run` images).
+    pub runtime: crate::runtime::Runtime,
 }
 
 impl Cluster {
@@ -78,6 +88,8 @@ impl Cluster {
             None => Credentials::generate()?,
         };
         let faults = RwLock::new(options.faults.clone());
+        let runtime =
+            crate::runtime::Runtime::new(options.run.clone(), options.crash_backoff, options.data_dir.clone());
         Ok(Cluster {
             registry: Registry::with_builtins(),
             store,
@@ -88,6 +100,7 @@ impl Cluster {
             kick: Notify::new(),
             ip_alloc: Mutex::new(()),
             index: Mutex::new(Default::default()),
+            runtime,
         })
     }
 

@@ -39,6 +39,7 @@ pub mod patching;
 pub mod protobuf;
 pub mod registry;
 pub mod request;
+pub mod runtime;
 pub mod scale;
 pub mod schema;
 pub mod selector;
@@ -173,6 +174,17 @@ impl DevCluster {
         self.cluster.kick.notify_one();
     }
 
+    /// The process runtime's rules in force (see `runtime`).
+    pub fn run_rules(&self) -> Vec<runtime::RunRule> {
+        self.cluster.runtime.rules()
+    }
+
+    /// Replace the process runtime's rules: pods created from now on whose images match run as
+    /// processes (pods already running or simulated stay as they are).
+    pub fn set_run_rules(&self, rules: Vec<runtime::RunRule>) {
+        self.cluster.runtime.set_rules(rules);
+    }
+
     /// Change a node's addresses at run time (as a cloud provider would), e.g.
     /// `set_node_addresses("devcluster-node-1", "10.0.0.9", Some("203.0.113.9"))`.
     pub fn set_node_addresses(&self, node: &str, internal_ip: &str, external_ip: Option<&str>) -> anyhow::Result<()> {
@@ -230,6 +242,7 @@ pub async fn run(
         let listener = tokio::net::TcpListener::bind(options.listen).await?;
         let addr = listener.local_addr()?;
         let cluster = Arc::new(Cluster::new(options)?);
+        cluster.runtime.attach(&cluster);
         let _ = cluster.server_url.set(format!("https://{addr}"));
         let tls = cluster.creds.server_config(&[addr.ip()])?;
         bootstrap::run(&cluster);
@@ -243,8 +256,10 @@ pub async fn run(
         Ok((cluster, addr, listener, tls)) => {
             let ctl = tokio::spawn(controllers::run(cluster.clone(), stop.clone()));
             let _ = ready.send(Ok((cluster.clone(), addr)));
-            server::serve(cluster, listener, tls, stop).await;
+            server::serve(cluster.clone(), listener, tls, stop).await;
             ctl.abort();
+            // No process outlives the cluster: SIGTERM, a second to go, then SIGKILL.
+            cluster.runtime.shutdown(std::time::Duration::from_secs(1));
         }
     }
 }

@@ -74,6 +74,11 @@ struct ServeArgs {
     /// code of an `exit:CODE` fault).
     #[arg(long, env = "DEVCLUSTER_JOB_POD_DURATION_MS", default_value_t = 1000)]
     job_pod_duration_ms: u64,
+    /// Run containers of IMAGE as local processes of EXECUTABLE (the process runtime; see
+    /// docs/devcluster.md): IMAGE=EXECUTABLE, IMAGE may end in `*` to match a prefix, the first
+    /// matching rule wins. Repeatable. Images without a rule stay simulated.
+    #[arg(long = "run", env = "DEVCLUSTER_RUN", value_delimiter = ',')]
+    run: Vec<devcluster::runtime::RunRule>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -136,6 +141,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             pod_startup: std::time::Duration::from_millis(args.pod_startup_ms),
             faults: args.faults.clone(),
             job_pod_duration: std::time::Duration::from_millis(args.job_pod_duration_ms),
+            run: args.run.clone(),
             ..Default::default()
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();

@@ -11,7 +11,7 @@ use crate::faults::{self, Fault};
 use crate::meta;
 use crate::ops::{self, DeleteOpts, WriteOpts};
 use crate::registry::GroupResource;
-use crate::store::{Change, EventType};
+use crate::store::Change;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -136,7 +136,7 @@ fn schedule(cl: &Cluster, pod: &Value) -> bool {
     ops::update(cl, &pdef, meta::namespace(pod), meta::name(pod), body, &opts).is_ok()
 }
 
-fn node_ip(cl: &Cluster, node: &str) -> Option<String> {
+pub(crate) fn node_ip(cl: &Cluster, node: &str) -> Option<String> {
     let n = cl.store.get(&GroupResource::new("", "nodes"), "", node)?;
     n.pointer("/status/addresses")?
         .as_array()?
@@ -368,7 +368,8 @@ impl Controller for Kubelet {
     }
 
     fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
-        if c.gr == pods() && c.kind != EventType::Deleted {
+        if c.gr == pods() {
+            // Deleted too: a runtime pod's processes end when its object is gone.
             out.push(Key::of(c));
         } else if c.gr.group.is_empty() && c.gr.resource == "nodes" {
             // A node that became schedulable: pending pods are looked at again.
@@ -387,7 +388,13 @@ impl Controller for Kubelet {
     }
 
     fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration> {
-        let pod = super::get(cl, key)?;
+        let Some(pod) = super::get(cl, key) else {
+            cl.runtime.gone(&key.namespace, &key.name);
+            return None;
+        };
+        if cl.runtime.runs(&pod) {
+            return reconcile_runtime_pod(cl, &pod);
+        }
         let pdef = def(cl, "", "pods")?;
         if meta::is_deleting(&pod) {
             // The containers stop at once; the pod object goes (or waits for its finalizers).
@@ -410,6 +417,27 @@ impl Controller for Kubelet {
         super::write_status(cl, &pdef, &pod, computed.status, MANAGER);
         computed.requeue
     }
+}
+
+// ---- pods of the process runtime ----------------------------------------------------------
+
+/// A pod with a container of a `--run` image: scheduled as any pod, then run (and its status
+/// written) by the process runtime (`crate::runtime`), which also ends its processes and removes
+/// it when it is deleted. A deleted pod the runtime does not run goes at once.
+fn reconcile_runtime_pod(cl: &Cluster, pod: &Value) -> Option<Duration> {
+    let scheduled = pod.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    if !scheduled && !meta::is_deleting(pod) {
+        schedule(cl, pod);
+        return None;
+    }
+    if (!scheduled || !cl.runtime.sync(pod))
+        && meta::is_deleting(pod)
+        && let Some(pdef) = def(cl, "", "pods")
+    {
+        let opts = DeleteOpts { grace_period_seconds: Some(0), ..Default::default() };
+        let _ = ops::delete(cl, &pdef, meta::namespace(pod), meta::name(pod), &opts);
+    }
+    None
 }
 
 // ---- run-to-completion containers (Jobs' pods) -------------------------------------------
