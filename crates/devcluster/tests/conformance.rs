@@ -354,6 +354,14 @@ async fn token_review_audiences_are_the_intersection() {
     assert_ne!(st.authenticated, Some(true));
     assert!(st.error.unwrap().contains(r#"invalid for the target audiences ["other"]"#));
 
+    // Not a token any authenticator claims: not authenticated, no error; a token of this
+    // issuer that does not verify: an error.
+    let st = review(&client, "not-a-jwt", &[]).await.status.expect("status");
+    assert_eq!((st.authenticated, st.error.as_deref()), (None, None));
+    let tampered = format!("{}.AAAA", &vault[..vault.rfind('.').expect("a JWT")]);
+    let st = review(&client, &tampered, &["nats"]).await.status.expect("status");
+    assert_ne!(st.authenticated, Some(true));
+    assert!(st.error.is_some(), "{st:?}");
     let default = token(&client, "robot", &[]).await;
     let st = review(&client, &default, &[]).await.status.expect("status");
     assert_eq!((st.authenticated, st.audiences), (Some(true), Some(vec![issuer.to_string()])));
