@@ -57,6 +57,10 @@ fn legacy_resources(defs: &[Arc<ResourceDef>]) -> Vec<Value> {
         }
         if d.group.is_empty() && d.plural == "pods" {
             out.push(json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}));
+            // Served by the process runtime (src/runtime/).
+            out.push(json!({"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions", "verbs": ["create", "get"]}));
+            out.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
+            out.push(json!({"name": "pods/portforward", "singularName": "", "namespaced": true, "kind": "PodPortForwardOptions", "verbs": ["create", "get"]}));
         }
     }
     // The apiserver lists resources by path.

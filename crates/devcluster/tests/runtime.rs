@@ -324,6 +324,20 @@ async fn a_crashing_container_restarts_with_back_off_and_keeps_its_previous_log(
     assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 2);
     let get = k.ok(&["get", "pod", "crashy", "--no-headers"]);
     assert!(get.split_whitespace().nth(3) == Some("2"), "{get}");
+    // The kubelet's events, as `kubectl describe` shows them.
+    let events = k.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=crashy",
+        "-o",
+        "custom-columns=REASON:.reason,COUNT:.count,MSG:.message",
+        "--no-headers",
+    ]);
+    for reason in ["Pulled", "Created", "Started", "BackOff"] {
+        assert!(events.lines().any(|l| l.starts_with(reason)), "{reason} in {events}");
+    }
+    assert!(events.contains("Back-off restarting failed container app in pod crashy_default("), "{events}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -593,6 +607,35 @@ async fn exec_and_port_forward_reach_the_container() {
     assert!(resp.starts_with("HTTP/1.1 200") && resp.ends_with("ok"), "{resp}");
     drop(s);
     let _ = pf.join().await;
+
+    // kubectl port-forward speaks SPDY (through its WebSocket tunnel, then plain): the documented
+    // gap, answered with a clear error instead of a hang.
+    let mut pfk = k
+        .cmd(&["port-forward", "pod/web", ":8080"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = pfk.try_wait().unwrap() {
+            break st;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "kubectl port-forward neither forwarded nor failed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut err = String::new();
+    pfk.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("devcluster does not speak SPDY/3.1"), "{err}");
+
+    // Discovery lists the subresources served.
+    let res = k.ok(&["get", "--raw", "/api/v1"]);
+    let res: Value = serde_json::from_str(&res).unwrap();
+    let names: Vec<&str> = res["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    for sub in ["pods/exec", "pods/log", "pods/portforward"] {
+        assert!(names.contains(&sub), "{sub} in {names:?}");
+    }
 }
 
 #[test]

@@ -197,6 +197,10 @@ impl Runtime {
         if rules.is_empty() {
             return false;
         }
+        // A pod the simulated kubelet already started stays simulated (rules changed since).
+        if pod.pointer("/status/podIP").and_then(Value::as_str).is_some_and(|ip| !ip.starts_with("127.")) {
+            return false;
+        }
         ["containers", "initContainers"].iter().any(|field| {
             pod.pointer(&format!("/spec/{field}"))
                 .and_then(Value::as_array)

@@ -109,6 +109,19 @@ async fn probe_once(run: &PodRun, container: &Value, launch: &Launch, p: &Value)
     true
 }
 
+/// What failed, for the Unhealthy event.
+fn describe(p: &Value) -> String {
+    if let Some(h) = p.get("httpGet") {
+        format!("HTTP probe of {} failed", h.get("path").and_then(Value::as_str).unwrap_or("/"))
+    } else if p.get("tcpSocket").is_some() {
+        "TCP probe failed".to_string()
+    } else if p.get("exec").is_some() {
+        "command failed".to_string()
+    } else {
+        "probe failed".to_string()
+    }
+}
+
 /// A minimal HTTP/1.1 GET (as the kubelet's prober sends it); the status code.
 async fn http_get(host: &str, port: u16, path: &str, scheme: &str, headers: &[(String, String)]) -> Option<u16> {
     let tcp = tokio::net::TcpStream::connect((host, port)).await.ok()?;
@@ -205,7 +218,7 @@ pub(crate) async fn probe_loop(
     name: String,
     container: Value,
     launch: Launch,
-    kill: tokio::sync::mpsc::Sender<()>,
+    kill: tokio::sync::mpsc::Sender<&'static str>,
 ) {
     if let Some(p) = container.get("startupProbe") {
         tokio::time::sleep(Duration::from_secs(int(p, "initialDelaySeconds", 0).max(0) as u64)).await;
@@ -218,8 +231,9 @@ pub(crate) async fn probe_loop(
                 break;
             }
             failures += 1;
+            worker::event(&cl, &run, "Warning", "Unhealthy", &format!("Startup probe failed: {}", describe(p)));
             if failures >= threshold {
-                let _ = kill.send(()).await;
+                let _ = kill.send("startup").await;
                 return;
             }
             tokio::time::sleep(period).await;
@@ -249,6 +263,13 @@ pub(crate) async fn probe_loop(
                 } else {
                     fails += 1;
                     oks = 0;
+                    worker::event(
+                        &cl,
+                        &run,
+                        "Warning",
+                        "Unhealthy",
+                        &format!("Readiness probe failed: {}", describe(&p)),
+                    );
                     if fails >= need_fail {
                         worker::set_ready(&cl, &run, &name, Some(false), None);
                     }
@@ -268,8 +289,9 @@ pub(crate) async fn probe_loop(
                 fails = 0;
             } else {
                 fails += 1;
+                worker::event(&cl, &run, "Warning", "Unhealthy", &format!("Liveness probe failed: {}", describe(&p)));
                 if fails >= need_fail {
-                    let _ = kill.send(()).await;
+                    let _ = kill.send("liveness").await;
                     return;
                 }
             }

@@ -55,6 +55,8 @@ pub struct PodState {
     pub start_time: Option<String>,
     pub volumes: volumes::VolumeState,
     pub kubeconfig: Option<PathBuf>,
+    /// The last volume error reported (an event per new error, not per retry).
+    mount_error: Option<String>,
 }
 
 /// A pod the runtime runs.
@@ -125,6 +127,13 @@ fn now() -> String {
 fn hex(data: &str) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, data.as_bytes());
     d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Record an event about the pod as the kubelet's recorder does (repeats counted).
+pub(crate) fn event(cl: &Cluster, run: &PodRun, type_: &str, reason: &str, message: &str) {
+    if let Some(pod) = current(cl, run) {
+        crate::controllers::replicaset::event(cl, &pod, type_, reason, message, MANAGER);
+    }
 }
 
 /// The current pod object if it is still this pod.
@@ -260,8 +269,14 @@ fn mount(cl: &Cluster, run: &PodRun) -> Result<(), String> {
             st.kubeconfig = Some(path);
         }
     }
-    if let Err(e) = &r {
-        tracing::debug!(pod = %run.name, error = %e, "volume setup");
+    let report = match &r {
+        Err(e) if st.mount_error.as_deref() != Some(e.as_str()) => Some(e.clone()),
+        _ => None,
+    };
+    st.mount_error = r.as_ref().err().cloned();
+    drop(st);
+    if let Some(e) = report {
+        event(cl, run, "Warning", "FailedMount", &e);
     }
     r
 }
@@ -352,9 +367,16 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
         let launch = match spec::launch(&cl, &pod, &spec, &exe, &dirs, &run.dir, kubeconfig.as_deref()) {
             Ok(l) => l,
             Err(msg) => {
-                run.with_container(&name, init, |c| {
-                    c.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": msg}});
-                });
+                let first = run
+                    .with_container(&name, init, |c| {
+                        let first = c.state.pointer("/waiting/message").and_then(Value::as_str) != Some(msg.as_str());
+                        c.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": msg}});
+                        first
+                    })
+                    .unwrap_or(false);
+                if first {
+                    event(&cl, &run, "Warning", "Failed", &format!("Error: {msg}"));
+                }
                 publish(&cl, &run);
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -402,6 +424,9 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
                     process::capture(e, "stderr", log.clone());
                 }
                 let pid = sp.pid;
+                event(&cl, &run, "Normal", "Pulled", &format!("Container image {image:?} already present on machine"));
+                event(&cl, &run, "Normal", "Created", &format!("Created container: {name}"));
+                event(&cl, &run, "Normal", "Started", &format!("Started container {name}"));
                 let ready_without_probe = spec.get("readinessProbe").is_none();
                 run.with_container(&name, init, |c| {
                     c.instances.push(Instance { log: log_path.clone(), done: done.clone() });
@@ -417,7 +442,7 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
                     c.ready = !init && !has_startup && ready_without_probe;
                 });
                 publish(&cl, &run);
-                let (kill_tx, mut kill_rx) = tokio::sync::mpsc::channel::<()>(1);
+                let (kill_tx, mut kill_rx) = tokio::sync::mpsc::channel::<&'static str>(1);
                 let probes = if init {
                     None
                 } else {
@@ -435,10 +460,11 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
                 let code = loop {
                     tokio::select! {
                         c = &mut exit => break c.unwrap_or(137),
-                        Some(()) = kill_rx.recv(), if !killed_by_probe => {
+                        Some(probe) = kill_rx.recv(), if !killed_by_probe => {
                             // A failed liveness or startup probe: the container is killed with
                             // the pod's grace period and restarted under the policy.
                             killed_by_probe = true;
+                            event(&cl, &run, "Normal", "Killing", &format!("Container {name} failed {probe} probe, will be restarted"));
                             let grace = pod.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
                             tokio::spawn(terminate(pid, Duration::from_secs(grace.max(0) as u64)));
                         }
@@ -447,6 +473,7 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
                                 (Ok(()), Some(g)) => g,
                                 _ => Duration::ZERO,
                             };
+                            event(&cl, &run, "Normal", "Killing", &format!("Stopping container {name}"));
                             tokio::spawn(terminate(pid, grace));
                             // Keep waiting for the exit; a forced delete (grace 0) kills at once.
                             let code = loop {
@@ -507,6 +534,16 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
         });
         publish(&cl, &run);
         if !wait.is_zero() {
+            event(
+                &cl,
+                &run,
+                "Warning",
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {name} in pod {}_{}({})",
+                    run.name, run.namespace, run.uid
+                ),
+            );
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = stop_rx.changed() => {}
