@@ -1146,15 +1146,16 @@ pub fn delete_collection(
     opts: &DeleteOpts,
 ) -> ApiResult<ListResult> {
     let page = list(cl, def, ns, &ListOpts { limit: None, continue_token: None, ..list_opts.clone() })?;
-    let mut items = Vec::with_capacity(page.items.len());
     for o in &page.items {
         match delete(cl, def, meta::namespace(o), meta::name(o), opts) {
-            Ok(d) => items.push(d.object),
+            Ok(_) => {}
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(ListResult { items, resource_version: cl.store.current_rv(), continue_token: None, remaining: None })
+    // Store.DeleteCollection (apiserver/pkg/registry/generic/registry/store.go) answers the list
+    // it deleted from, as listed: the items before their delete, the list's resourceVersion.
+    Ok(ListResult { continue_token: None, remaining: None, ..page })
 }
 
 /// A list object as the server writes it (items without kind/apiVersion for built-in kinds).

@@ -255,6 +255,28 @@ async fn delete_codes_are_200_unless_orphan_dependents_is_false() {
     assert_eq!(code("d", json!({"orphanDependents": false})).await, 200, "gone at once");
 }
 
+#[tokio::test]
+async fn deletecollection_answers_the_list_it_deleted_from() {
+    // Store.DeleteCollection: the items as listed before their delete, at the list's version.
+    let (_dc, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let kept = json!({"metadata": {"name": "kept", "labels": {"sweep": "yes"}, "finalizers": ["example.com/x"]}});
+    cms.create(&PostParams::default(), &serde_json::from_value(kept).unwrap()).await.expect("cm");
+    let plain = json!({"metadata": {"name": "plain", "labels": {"sweep": "yes"}}});
+    let plain = cms.create(&PostParams::default(), &serde_json::from_value(plain).unwrap()).await.expect("cm");
+    let res = cms
+        .delete_collection(&DeleteParams::default(), &ListParams::default().labels("sweep=yes"))
+        .await
+        .expect("deletecollection");
+    let list = res.left().expect("the list");
+    assert_eq!(list.items.len(), 2);
+    assert!(list.items.iter().all(|c| c.metadata.deletion_timestamp.is_none()), "as listed: {list:?}");
+    let listed_plain = list.items.iter().find(|c| c.metadata.name.as_deref() == Some("plain")).unwrap();
+    assert_eq!(listed_plain.metadata.resource_version, plain.metadata.resource_version);
+    let kept = cms.get("kept").await.expect("kept by its finalizer");
+    assert!(kept.metadata.deletion_timestamp.is_some());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. built-in objects carry the fields Go always writes
 
