@@ -638,11 +638,11 @@ async fn exec_and_port_forward_reach_the_container() {
     }
 }
 
-#[test]
-fn kill_9_of_devcluster_serve_leaves_no_process_behind() {
+/// Start `devcluster serve --run ...`, run a pod of two containers, return (serve, pids, dir).
+fn serve_with_a_running_pod(marker: &str) -> (std::process::Child, Vec<i32>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_devcluster"))
+    let serve = std::process::Command::new(env!("CARGO_BIN_EXE_devcluster"))
         .args(["serve", "--listen", "127.0.0.1:0", "--kubeconfig"])
         .arg(&kubeconfig)
         .arg("--run")
@@ -664,10 +664,9 @@ fn kill_9_of_devcluster_serve_leaves_no_process_behind() {
             .output()
             .unwrap()
     };
-    let marker = format!("--orphan-check-{}", std::process::id());
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
-        {"name": "a", "image": IMAGE, "args": [marker.clone()], "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]},
-        {"name": "b", "image": IMAGE, "args": [marker.clone(), "--exit-after-ms", "600000"], "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}, {"name": "PORT", "value": "8081"}]},
+        {"name": "a", "image": IMAGE, "args": [marker], "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]},
+        {"name": "b", "image": IMAGE, "args": [marker, "--exit-after-ms", "600000"], "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}, {"name": "PORT", "value": "8081"}]},
     ]}});
     let manifest = dir.path().join("pod.json");
     std::fs::write(&manifest, pod.to_string()).unwrap();
@@ -675,16 +674,52 @@ fn kill_9_of_devcluster_serve_leaves_no_process_behind() {
     assert!(out.status.success(), "{out:?}");
     let out = kubectl(&["wait", "--for=condition=Ready", "pod/p", "--timeout=30s"]);
     assert!(out.status.success(), "{out:?}");
-    let pids = processes_with(&marker);
+    let pids = processes_with(marker);
     assert_eq!(pids.len(), 2, "{pids:?}");
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(serve.id() as i32, libc::SIGKILL);
-    }
-    let _ = serve.wait();
+    (serve, pids, dir)
+}
+
+fn all_gone_soon(pids: &[i32]) {
     let start = Instant::now();
     while pids.iter().any(|p| pid_alive(*p)) {
         assert!(start.elapsed() < Duration::from_secs(10), "processes outlived devcluster: {pids:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn kill_9_of_devcluster_serve_leaves_no_process_behind() {
+    let (mut serve, pids, _dir) = serve_with_a_running_pod(&format!("--orphan-check-{}", std::process::id()));
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(serve.id() as i32, libc::SIGKILL);
+    }
+    let _ = serve.wait();
+    all_gone_soon(&pids);
+}
+
+#[test]
+fn ctrl_c_of_devcluster_serve_ends_every_pod_process() {
+    let (mut serve, pids, _dir) = serve_with_a_running_pod(&format!("--ctrl-c-check-{}", std::process::id()));
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(serve.id() as i32, libc::SIGINT);
+    }
+    let status = serve.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    // Gone by the time devcluster exited, not only after the kernel noticed its death.
+    assert!(pids.iter().all(|p| !pid_alive(*p)), "{pids:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_cluster_handle_ends_every_pod_process() {
+    let (dc, _k) = cluster().await;
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    let marker = format!("--drop-check-{}", std::process::id());
+    create_pod(&pods, "p", json!({"containers": [container(json!({"args": [marker.clone()]}))]})).await;
+    wait_ready(&pods, "p").await;
+    let pids = processes_with(&marker);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    tokio::task::spawn_blocking(move || drop(dc)).await.unwrap();
+    assert!(!pid_alive(pids[0]));
 }

@@ -329,6 +329,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_full_log_rotates_once_and_reads_across_both_files() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("0.log");
+        let mut f = LogFile::create(&p).unwrap();
+        let line = vec![b'x'; 1024 * 1024 - 64];
+        for _ in 0..25 {
+            f.append("stdout", &line, false);
+        }
+        f.append("stdout", b"last", false);
+        let cur = std::fs::metadata(&p).unwrap().len();
+        let old = std::fs::metadata(rotated(&p)).unwrap().len();
+        assert!(cur <= MAX_FILE && old <= MAX_FILE, "{cur} {old}");
+        let mut r = vec![];
+        parse_records(&read_all(&p), &mut r);
+        let lines = lines_of(r);
+        // At most two files are kept: older lines are gone, the newest are there in order.
+        assert!(lines.len() < 26 && lines.len() >= 10, "{}", lines.len());
+        assert_eq!(lines.last().unwrap().1, b"last".to_vec());
+    }
+
+    #[test]
     fn records_round_trip_with_partial_lines() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("0.log");
