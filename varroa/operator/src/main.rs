@@ -89,6 +89,7 @@ async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
     let metrics = Arc::new(varroa_operator::metrics::Metrics::new());
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
+    registry.register_collector(Box::new(opkit::process::HeapInUse));
     let options = opkit::process::ProcessOptions {
         lease_name: "varroa-operator".into(),
         health_addr: config.health_addr,

@@ -46,6 +46,7 @@ async fn run(config: vesper_operator::Config) -> anyhow::Result<()> {
     let metrics = Arc::new(vesper_operator::metrics::Metrics::new());
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
+    registry.register_collector(Box::new(opkit::process::HeapInUse));
     let options = opkit::process::ProcessOptions {
         lease_name: "vesper-operator".into(),
         health_addr: config.health_addr,
