@@ -161,6 +161,7 @@ async fn a_deployment_runs_the_program_with_env_volumes_and_its_own_address_behi
                         {"name": "EXPANDED", "value": "$(GREETING)-$(UNKNOWN)"},
                         {"name": "ESCAPED", "value": "$$(GREETING)"},
                         {"name": "CONFIG", "value": "/etc/cfg/mode"},
+                        {"name": "LISTEN", "value": "0.0.0.0:9090"},
                     ],
                     "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
                     "resources": {"limits": {"memory": "64Mi"}},
@@ -225,6 +226,8 @@ async fn a_deployment_runs_the_program_with_env_volumes_and_its_own_address_behi
         assert_eq!(env.get(k_).map(String::as_str), Some(v), "{k_} in {env:?}");
     }
     assert!(!env.contains_key("MISSING"));
+    // A wildcard listen address binds the pod's own address (no network namespace here).
+    assert_eq!(env["LISTEN"], format!("{ip}:9090"));
     assert_eq!(env.get("KUBERNETES_SERVICE_PORT"), Some(&dc.addr().port().to_string()));
     // The one path translation: /etc/cfg/... in env and args names the pod's volume directory.
     let config = env["CONFIG"].clone();

@@ -29,7 +29,9 @@
 //!   in-cluster clients read fixed paths (/var/run/secrets/...) and a ClusterIP is not routed.
 //! - **network**: each pod gets its own loopback address in 127.0.0.0/8 (never 127.0.0.1) as
 //!   `status.podIP`; Endpoints and EndpointSlices follow it. No network namespace: ports are
-//!   shared with the host, a program must bind its pod IP (env `POD_IP` via the downward API).
+//!   shared with the host, a program must bind its pod IP (env `POD_IP` via the downward API);
+//!   a wildcard listen address (`0.0.0.0:PORT`, `[::]:PORT`) in args or env is rewritten to
+//!   `POD_IP:PORT` (`spec::bind_address`) so that pods of one manifest do not collide.
 //! - **lifecycle** (`worker`): init containers in order to completion, then the containers;
 //!   exit codes, restart policy, CrashLoopBackOff (10s doubling to 5m, base
 //!   `Options::crash_backoff`), startup/readiness/liveness probes (httpGet, tcpSocket, exec),

@@ -110,6 +110,36 @@ pub fn translate(s: &str, mounts: &[(String, PathBuf)]) -> String {
     out
 }
 
+/// A wildcard listen address (`0.0.0.0:PORT`, `[::]:PORT`) in an arg or env value becomes
+/// `POD_IP:PORT`: in a pod, a wildcard binds the pod's own network namespace; here, without one,
+/// it would bind every loopback address and collide with other pods (and the host).
+pub fn bind_address(s: &str, pod_ip: &str) -> String {
+    if pod_ip.is_empty() || !(s.contains("0.0.0.0:") || s.contains("[::]:")) {
+        return s.to_string();
+    }
+    let is_sep = |c: char| matches!(c, '=' | ',' | ' ' | '"' | '\'' | ';' | '/');
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let at_start = i == 0 || s[..i].chars().next_back().is_some_and(is_sep);
+        if at_start {
+            let wild = ["0.0.0.0:", "[::]:"].into_iter().find(|w| s[i..].starts_with(w));
+            if let Some(w) = wild
+                && s[i + w.len()..].starts_with(|c: char| c.is_ascii_digit())
+            {
+                out.push_str(pod_ip);
+                out.push(':');
+                i += w.len();
+                continue;
+            }
+        }
+        let ch = s[i..].chars().next().unwrap_or(' ');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
+
 /// A lookup of a ConfigMap's or Secret's data, decoded.
 fn data_of(cl: &Cluster, resource: &str, ns: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
     let obj = cl.store.get(&GroupResource::new("", resource), ns, name)?;
@@ -471,11 +501,13 @@ pub fn launch(
     let lookup = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let command: Vec<String> = strings(container.get("command")).iter().map(|s| expand(s, &lookup)).collect();
     let args: Vec<String> = strings(container.get("args")).iter().map(|s| expand(s, &lookup)).collect();
+    let pod_ip = pod.pointer("/status/podIP").and_then(Value::as_str).unwrap_or("");
     let mut argv = argv(exe, &command, &args);
     for a in argv.iter_mut().skip(1) {
-        *a = translate(a, &mounts);
+        *a = bind_address(&translate(a, &mounts), pod_ip);
     }
-    let mut env: Vec<(String, String)> = env.into_iter().map(|(k, v)| (k, translate(&v, &mounts))).collect();
+    let mut env: Vec<(String, String)> =
+        env.into_iter().map(|(k, v)| (k, bind_address(&translate(&v, &mounts), pod_ip))).collect();
     if let Some(kc) = kubeconfig {
         env.retain(|(k, _)| k != "KUBECONFIG");
         env.push(("KUBECONFIG".into(), kc.to_string_lossy().into_owned()));
@@ -566,6 +598,17 @@ mod tests {
         assert_eq!(translate("x/etc/app", &m), "x/etc/app");
         assert_eq!(translate("/etc/app", &m), "/tmp/p/volumes/cfg");
         assert_eq!(translate("a:/etc/app,b", &m), "a:/tmp/p/volumes/cfg,b");
+    }
+
+    #[test]
+    fn wildcard_listen_addresses_bind_the_pod_ip() {
+        let ip = "127.9.8.7";
+        assert_eq!(bind_address("--metrics-addr=0.0.0.0:8080", ip), "--metrics-addr=127.9.8.7:8080");
+        assert_eq!(bind_address("[::]:9090", ip), "127.9.8.7:9090");
+        assert_eq!(bind_address("http://0.0.0.0:80/x", ip), "http://127.9.8.7:80/x");
+        assert_eq!(bind_address("10.0.0.0:80", ip), "10.0.0.0:80");
+        assert_eq!(bind_address("0.0.0.0:x", ip), "0.0.0.0:x");
+        assert_eq!(bind_address("0.0.0.0:80", ""), "0.0.0.0:80");
     }
 
     #[test]

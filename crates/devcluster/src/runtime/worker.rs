@@ -364,6 +364,15 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
             let st = run.lock();
             (st.volumes.dirs.clone(), st.kubeconfig.clone())
         };
+        // The pod's address is its own even before the status carrying it is read back.
+        let mut pod = (*pod).clone();
+        if pod.pointer("/status/podIP").is_none()
+            && let Some(m) = pod.as_object_mut()
+        {
+            let st = m.entry("status").or_insert_with(|| json!({}));
+            st["podIP"] = run.ip.to_string().into();
+            st["podIPs"] = json!([{"ip": run.ip.to_string()}]);
+        }
         let launch = match spec::launch(&cl, &pod, &spec, &exe, &dirs, &run.dir, kubeconfig.as_deref()) {
             Ok(l) => l,
             Err(msg) => {
