@@ -8,7 +8,26 @@ cd "$(dirname "$0")/.."
 DEMO_DIR=${DEMO_DIR:-.demo}
 mkdir -p "$DEMO_DIR"
 DEMO_DIR=$(cd "$DEMO_DIR" && pwd)
-LISTEN=${DEVCLUSTER_LISTEN:-127.0.0.1:6443}
+# The workspace's binaries, wherever cargo puts them (CARGO_TARGET_DIR, build.target-dir).
+TARGET_DIR=$("${CARGO:-cargo}" metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+BIN="$TARGET_DIR/debug"
+for b in devcluster vesper-operator vesperctl varroa-operator varroa; do
+  if [ ! -x "$BIN/$b" ]; then
+    echo "$BIN/$b is missing: run \`make demo\` (it builds them) or \`cargo build --workspace --bins\`" >&2
+    exit 1
+  fi
+done
+# An address given in DEVCLUSTER_LISTEN is used as it is (devcluster says so if it is taken);
+# the default port 6443, when something else holds it, gives way to a free port.
+DEFAULT_LISTEN=${DEMO_DEFAULT_LISTEN:-127.0.0.1:6443}
+if [ -n "${DEVCLUSTER_LISTEN:-}" ]; then
+  LISTEN=$DEVCLUSTER_LISTEN
+elif (exec 3<>"/dev/tcp/${DEFAULT_LISTEN%:*}/${DEFAULT_LISTEN##*:}") 2>/dev/null; then
+  LISTEN=${DEFAULT_LISTEN%:*}:0
+  echo "== ${DEFAULT_LISTEN} is taken (another devcluster or API server?); devcluster picks a free port"
+else
+  LISTEN=$DEFAULT_LISTEN
+fi
 DOMAIN=${VESPER_PREVIEW_DOMAIN:-preview.example.com}
 export KUBECONFIG="$DEMO_DIR/kubeconfig"
 rm -f "$KUBECONFIG" "$DEMO_DIR/pids"
@@ -21,7 +40,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-./target/debug/devcluster serve --listen "$LISTEN" --kubeconfig "$KUBECONFIG" --nodes 3 \
+"$BIN"/devcluster serve --listen "$LISTEN" --kubeconfig "$KUBECONFIG" --nodes 3 \
   --fault 'registry.example.com/shop:broken=crash-loop:1' >"$DEMO_DIR/devcluster.log" 2>&1 &
 pids+=($!)
 echo "$!" >>"$DEMO_DIR/pids"
@@ -34,7 +53,8 @@ if [ ! -s "$KUBECONFIG" ]; then
   cat "$DEMO_DIR/devcluster.log" >&2
   exit 1
 fi
-echo "== devcluster is up at https://$LISTEN (3 simulated nodes)"
+SERVER=$(sed -n 's/^ *server: *//p' "$KUBECONFIG" | head -n 1)
+echo "== devcluster is up at $SERVER (3 simulated nodes; binaries from $BIN)"
 kubectl get nodes
 
 echo
@@ -47,10 +67,10 @@ kubectl create namespace ingress-nginx --dry-run=client -o yaml | kubectl apply 
 echo
 echo "== Starting vesper-operator (as its ServiceAccount) with --preview-domain $DOMAIN"
 echo "   (and a 45s progress deadline, so the broken build below fails within a minute)"
-TOKEN=$(./target/debug/devcluster token vesper-system/vesper-operator --kubeconfig "$KUBECONFIG" --duration 86400)
+TOKEN=$("$BIN"/devcluster token vesper-system/vesper-operator --kubeconfig "$KUBECONFIG" --duration 86400)
 OPERATOR_KUBECONFIG="$DEMO_DIR/operator.kubeconfig"
 sed "s|token: .*|token: $TOKEN|" "$KUBECONFIG" >"$OPERATOR_KUBECONFIG"
-KUBECONFIG="$OPERATOR_KUBECONFIG" ./target/debug/vesper-operator --preview-domain "$DOMAIN" \
+KUBECONFIG="$OPERATOR_KUBECONFIG" "$BIN"/vesper-operator --preview-domain "$DOMAIN" \
   --ingress-class nginx --metrics-addr 127.0.0.1:0 --health-addr 127.0.0.1:0 \
   --progress-deadline-seconds 45 >"$DEMO_DIR/operator.log" 2>&1 &
 pids+=($!)
@@ -58,14 +78,14 @@ echo "$!" >>"$DEMO_DIR/pids"
 
 echo
 echo "== Creating two previews with vesperctl (it waits until each is Ready)"
-VESPERCTL=./target/debug/vesperctl
-$VESPERCTL create shop-pr-42 --image registry.example.com/shop:pr-42 --replicas 2 --ttl 24h \
+VESPERCTL="$BIN/vesperctl"
+"$VESPERCTL" create shop-pr-42 --image registry.example.com/shop:pr-42 --replicas 2 --ttl 24h \
   --env FEATURE_FLAGS=new-checkout --readiness-path /healthz --wait --timeout 60s
-$VESPERCTL create docs-pr-7 \
+"$VESPERCTL" create docs-pr-7 \
   --image registry.example.com/docs@sha256:4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a4d3c2b1a \
   --ttl 90m --wait --timeout 60s
 echo
-$VESPERCTL list
+"$VESPERCTL" list
 echo
 NS=$(kubectl get pe shop-pr-42 -o jsonpath='{.status.namespace}')
 echo "== What shop-pr-42 got, in namespace $NS"
@@ -76,14 +96,14 @@ echo "== Installing Varroa: its CRDs, the operator's RBAC and a gateway CA (varr
 kubectl apply -f deploy/varroa/crds.yaml >/dev/null
 kubectl wait --for=condition=Established crd -l '' --all --timeout=30s >/dev/null
 kubectl apply -f deploy/varroa/rbac.yaml
-./target/debug/varroa-operator gateway-ca | kubectl apply -f -
+"$BIN"/varroa-operator gateway-ca | kubectl apply -f -
 
 echo
 echo "== Starting varroa-operator (as its ServiceAccount)"
-VARROA_TOKEN=$(./target/debug/devcluster token varroa-system/varroa-operator --kubeconfig "$KUBECONFIG" --duration 86400)
+VARROA_TOKEN=$("$BIN"/devcluster token varroa-system/varroa-operator --kubeconfig "$KUBECONFIG" --duration 86400)
 VARROA_KUBECONFIG="$DEMO_DIR/varroa-operator.kubeconfig"
 sed "s|token: .*|token: $VARROA_TOKEN|" "$KUBECONFIG" >"$VARROA_KUBECONFIG"
-KUBECONFIG="$VARROA_KUBECONFIG" ./target/debug/varroa-operator --health-addr 127.0.0.1:0 \
+KUBECONFIG="$VARROA_KUBECONFIG" "$BIN"/varroa-operator --health-addr 127.0.0.1:0 \
   >"$DEMO_DIR/varroa-operator.log" 2>&1 &
 pids+=($!)
 echo "$!" >>"$DEMO_DIR/pids"
@@ -98,18 +118,18 @@ if ! kubectl wait --for=jsonpath='{.status.phase}'=Running controllers.varroa.de
   exit 1
 fi
 echo
-VARROA=./target/debug/varroa
-$VARROA get controllers -A
+VARROA="$BIN/varroa"
+"$VARROA" get controllers -A
 echo "   (they stop at Running: the mite sidecar streams to Varroa's gateway, which is not built"
 echo "    yet, so none reaches Connected)"
 echo
 echo "== Where team-a's settings came from (varroa-operator render, an excerpt)"
-target/debug/varroa-operator render -f docs/varroa/examples --controller team-a/team-a |
+"$BIN"/varroa-operator render -f docs/varroa/examples --controller team-a/team-a |
   awk '/^  Plugins:/ { done = 1 } !done && !/^  Bundle|^    ComposedBundle/'
 
 echo
 echo "The cluster and the operators keep running until Ctrl-C. In another terminal:"
-echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/target/debug:\$PATH"
+echo "  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH"
 echo "  vesperctl list                                  # previews, their URLs and expiry"
 echo "  vesperctl describe shop-pr-42                   # conditions, events, the objects it owns"
 echo "  vesperctl extend shop-pr-42 --by 2h             # push the expiry back (at most 7 days)"
@@ -117,7 +137,7 @@ echo "  vesperctl apply shop-pr-42 --image registry.example.com/shop:broken --wa
 echo "                                                  # a broken build: fails with its reason, exit 1"
 echo "  vesperctl delete docs-pr-7 --wait               # the namespace and everything in it go"
 echo "  kubectl vesper get                              # the same tool as a kubectl plugin, after:"
-echo "  ln -s $PWD/target/debug/vesperctl $PWD/target/debug/kubectl-vesper"
+echo "  ln -s $BIN/vesperctl $BIN/kubectl-vesper"
 echo "  varroa get controllers -A                       # Varroa's Jenkins controllers, their phase"
 echo "  varroa describe controller team-a -n team-a     # status, conditions, settings and their origin, events"
 echo "  varroa stop sandbox -n team-a --wait            # scaled to zero (volume and configuration stay);"

@@ -38,15 +38,35 @@ fn demo_brings_previews_to_ready_and_controllers_to_running_and_cleans_up() {
         .expect("cargo runs");
     assert!(build.success(), "building the demo's binaries failed");
     let dir = tempfile::tempdir().expect("tempdir");
+    // The binaries are found through CARGO_TARGET_DIR (here a link to this build's target
+    // directory, so that the path the demo names is this one), and the default port, taken by
+    // someone else (a listener of this test stands in for 6443), gives way to a free one.
+    let target = PathBuf::from(env!("CARGO_BIN_EXE_vesper-operator"))
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("the target directory")
+        .to_path_buf();
+    let linked = dir.path().join("linked-target");
+    std::os::unix::fs::symlink(&target, &linked).expect("link the target directory");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
+    let taken = taken.local_addr().expect("its address").to_string();
+    let demo_dir = dir.path().join("demo");
     let out = Command::new(repo().join("scripts/demo.sh"))
         .current_dir(repo())
         .env("DEMO_EXIT_AFTER_SETUP", "1")
-        .env("DEMO_DIR", dir.path())
-        .env("DEVCLUSTER_LISTEN", "127.0.0.1:0")
+        .env("DEMO_DIR", &demo_dir)
+        .env_remove("DEVCLUSTER_LISTEN")
+        .env("DEMO_DEFAULT_LISTEN", &taken)
+        .env("CARGO_TARGET_DIR", &linked)
         .output()
         .expect("the demo runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(&format!("== {taken} is taken")), "it says the port is taken:\n{stdout}");
+    assert!(
+        stdout.contains(&format!("binaries from {}/debug", linked.display())),
+        "it runs the binaries of CARGO_TARGET_DIR:\n{stdout}"
+    );
     for preview in ["shop-pr-42", "docs-pr-7"] {
         let line = stdout
             .lines()
@@ -76,7 +96,7 @@ fn demo_brings_previews_to_ready_and_controllers_to_running_and_cleans_up() {
     }
     assert!(varroa.contains("storage.size"), "the render excerpt is missing:\n{varroa}");
     // Everything it started (it records each pid) is gone.
-    let pids = std::fs::read_to_string(dir.path().join("pids")).expect("the demo records the pids it starts");
+    let pids = std::fs::read_to_string(demo_dir.join("pids")).expect("the demo records the pids it starts");
     let pids: Vec<&str> = pids.split_whitespace().collect();
     assert_eq!(pids.len(), 3, "devcluster, vesper-operator and varroa-operator: {pids:?}");
     for pid in pids {
