@@ -486,6 +486,13 @@ const BUILTINS: &[B] = &[
     b("", "v1", "ResourceQuota", "resourcequotas").short(&["quota"]).status(),
     b("", "v1", "LimitRange", "limitranges").short(&["limits"]),
     b("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims").short(&["pvc"]).status(),
+    b("", "v1", "ReplicationController", "replicationcontrollers")
+        .short(&["rc"])
+        .status()
+        .scale()
+        .gen_()
+        .all()
+        .fields(&["status.replicas"]),
     b("", "v1", "PersistentVolume", "persistentvolumes").cluster().short(&["pv"]).status().fields(&["metadata.name"]),
     b("apps", "v1", "Deployment", "deployments").short(&["deploy"]).status().scale().gen_().all(),
     b("apps", "v1", "ReplicaSet", "replicasets")
@@ -571,7 +578,6 @@ pub fn extra_subresources(group: &str, plural: &str) -> &'static [ExtraSubresour
         _ => &[],
     }
 }
-
 
 fn builtin_defs() -> Vec<ResourceDef> {
     let (defs, names) = builtin_schemas();

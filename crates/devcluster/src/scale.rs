@@ -54,7 +54,12 @@ pub fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
             .unwrap_or("")
             .to_string()
     } else {
-        obj.pointer("/spec/selector").map(selector_string).unwrap_or_default()
+        match obj.pointer("/spec/selector") {
+            // A ReplicationController's selector is a plain label map.
+            Some(sel) if def.kind == "ReplicationController" => selector_string(&json!({"matchLabels": sel})),
+            Some(sel) => selector_string(sel),
+            None => String::new(),
+        }
     };
     let m = obj.get("metadata").cloned().unwrap_or_default();
     let mut md = Map::new();

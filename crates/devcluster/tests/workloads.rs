@@ -638,3 +638,75 @@ async fn denied_refused_and_invalid_csrs() {
     assert!(res.contains("certificatesigningrequests") && res.contains("csr"), "{res}");
     assert_eq!(k.ok(&["auth", "can-i", "update", "certificatesigningrequests/approval"]).trim(), "yes");
 }
+
+// ---- ReplicationControllers -----------------------------------------------------------------
+
+#[tokio::test]
+async fn replication_controllers_keep_their_replicas_and_scale() {
+    let (dc, k) = cluster_with(vec![]).await;
+    let rc = json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}}});
+    k.ok(&["create", "-f", &k.write("rc.json", &rc.to_string())]);
+    let rcs: Api<k8s_openapi::api::core::v1::ReplicationController> = Api::default_namespaced(dc.client());
+    let got =
+        wait_for(&rcs, "web", "2 ready replicas", |r| r.status.as_ref().and_then(|s| s.ready_replicas) == Some(2))
+            .await;
+    // Defaulted from the template as upstream: selector and labels.
+    let spec = got.spec.clone().unwrap();
+    assert_eq!(spec.selector.unwrap().get("app").map(String::as_str), Some("web"));
+    assert_eq!(got.metadata.labels.unwrap().get("app").map(String::as_str), Some("web"));
+    let st = got.status.unwrap();
+    assert_eq!(
+        (st.replicas, st.fully_labeled_replicas, st.available_replicas, st.observed_generation),
+        (2, Some(2), Some(2), Some(1))
+    );
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    let list = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
+    assert_eq!(list.items.len(), 2);
+    let owner = &list.items[0].metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("ReplicationController", "web", Some(true))
+    );
+
+    let out = k.ok(&["get", "rc", "-o", "wide"]);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "DESIRED", "CURRENT", "READY", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"]);
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        (row[0], row[1], row[2], row[3], row[5], row[6], row[7]),
+        ("web", "2", "2", "2", "nginx", "nginx:1.27", "app=web")
+    );
+
+    // The scale subresource (kubectl scale) and the Scale's selector.
+    let out = k.ok(&["scale", "rc", "web", "--replicas=3"]);
+    assert_eq!(out.trim(), "replicationcontroller/web scaled");
+    wait_for(&rcs, "web", "3 ready replicas", |r| r.status.as_ref().and_then(|s| s.ready_replicas) == Some(3)).await;
+    let sel = k.ok(&["get", "--raw", "/api/v1/namespaces/default/replicationcontrollers/web/scale"]);
+    let scale: Value = serde_json::from_str(&sel).unwrap();
+    assert_eq!((scale["spec"]["replicas"].as_i64(), scale["status"]["selector"].as_str()), (Some(3), Some("app=web")));
+    // A deleted pod is replaced; deleting the RC removes its pods.
+    let victim = list.items[0].metadata.name.clone().unwrap();
+    k.ok(&["delete", "pod", &victim]);
+    wait_list(&pods, kube::runtime::watcher::Config::default().labels("app=web"), "3 pods again", |ps| {
+        ps.len() == 3 && ps.iter().all(|p| p.metadata.name.as_deref() != Some(victim.as_str()))
+    })
+    .await;
+    k.ok(&["delete", "rc", "web"]);
+    wait_list(&pods, kube::runtime::watcher::Config::default().labels("app=web"), "no pods", |ps| ps.is_empty()).await;
+
+    // Validation: the selector must match the template.
+    let bad = json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "bad"},
+        "spec": {"selector": {"app": "other"}, "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    let err = k.fails(&["create", "-f", &k.write("bad.json", &bad.to_string())]);
+    assert!(
+        err.contains("spec.template.metadata.labels: Invalid value")
+            && err.contains("`selector` does not match template `labels`"),
+        "{err}"
+    );
+    let res = k.ok(&["api-resources", "--api-group=", "--no-headers"]);
+    let line = res.lines().find(|l| l.starts_with("replicationcontrollers")).unwrap_or_default().to_string();
+    assert!(line.contains(" rc ") && line.contains("ReplicationController"), "{res}");
+}

@@ -136,6 +136,7 @@ fn printer(group: &str, kind: &str) -> Option<Printer> {
         ("", "PersistentVolume") => p(PV, pv_cells),
         ("apps", "Deployment") => p(DEPLOYMENT, deployment_cells),
         ("apps", "ReplicaSet") => p(REPLICA_SET, replica_set_cells),
+        ("", "ReplicationController") => p(REPLICATION_CONTROLLER, replication_controller_cells),
         ("apps", "StatefulSet") => p(STATEFUL_SET, stateful_set_cells),
         ("apps", "DaemonSet") => p(DAEMON_SET, daemon_set_cells),
         ("apps", "ControllerRevision") => p(CONTROLLER_REVISION, controller_revision_cells),
@@ -387,6 +388,17 @@ const DEPLOYMENT: &[Column] = &[
         "string",
         "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
     ),
+];
+
+const REPLICATION_CONTROLLER: &[Column] = &[
+    NAME,
+    col("Desired", "integer", "Replicas is the number of desired replicas."),
+    col("Current", "integer", "Replicas is the most recently observed number of replicas."),
+    col("Ready", "integer", "The number of ready replicas for this replication controller."),
+    AGE,
+    wide("Containers", "string", CONTAINERS_DOC),
+    wide("Images", "string", IMAGES_DOC),
+    wide("Selector", "string", "Selector is a label query over pods that should match the Replicas count."),
 ];
 
 const REPLICA_SET: &[Column] = &[
@@ -1444,6 +1456,21 @@ fn replica_set_cells(obj: &Value, now: i64) -> Vec<Value> {
         containers.into(),
         images.into(),
         format_label_selector(at(obj, &["spec", "selector"])).into(),
+    ]
+}
+
+/// `printReplicationController`: a ReplicaSet's row, the selector a plain label map.
+fn replication_controller_cells(obj: &Value, now: i64) -> Vec<Value> {
+    let (containers, images) = template_containers(obj);
+    vec![
+        name(obj).into(),
+        int(obj, &["spec", "replicas"]).into(),
+        int(obj, &["status", "replicas"]).into(),
+        int(obj, &["status", "readyReplicas"]).into(),
+        age(obj, now),
+        containers.into(),
+        images.into(),
+        format_labels(map(obj, &["spec", "selector"])).into(),
     ]
 }
 

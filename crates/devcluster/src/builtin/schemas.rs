@@ -42,6 +42,7 @@ pub fn generate() -> (Arc<Defs>, HashMap<(String, String), String>) {
         "" "LimitRange" => core::v1::LimitRange,
         "" "PersistentVolumeClaim" => core::v1::PersistentVolumeClaim,
         "" "PersistentVolume" => core::v1::PersistentVolume,
+        "" "ReplicationController" => core::v1::ReplicationController,
         "apps" "Deployment" => apps::v1::Deployment,
         "apps" "ReplicaSet" => apps::v1::ReplicaSet,
         "apps" "StatefulSet" => apps::v1::StatefulSet,

@@ -181,6 +181,7 @@ pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Ve
         }
         ("batch", "CronJob") => cron_job(obj, &spec, &sp, old.is_none(), &mut errs),
         ("certificates.k8s.io", "CertificateSigningRequest") => csr(obj, old, &mut errs),
+        ("", "ReplicationController") => replication_controller(&spec, &sp, &mut errs),
         ("networking.k8s.io", "Ingress") => ingress(&spec, &sp, &mut errs),
         ("networking.k8s.io", "NetworkPolicy") => network_policy(&spec, &sp, &mut errs),
         ("coordination.k8s.io", "Lease") => {
@@ -508,6 +509,37 @@ fn selector_matches(sel: &Value, labels: &Map<String, Value>) -> bool {
         }
     });
     ml_ok && me_ok
+}
+
+/// `ValidateReplicationControllerSpec`: a non-empty selector (a plain label map) the template's
+/// labels match, non-negative counts, a template that always restarts.
+fn replication_controller(spec: &Value, p: &Path, errs: &mut Errs) {
+    nonneg(spec, "replicas", p, errs);
+    nonneg(spec, "minReadySeconds", p, errs);
+    let selector = map(spec, "selector").cloned().unwrap_or_default();
+    if selector.is_empty() {
+        errs.push(FieldError::required(p.child("selector"), ""));
+    }
+    let tp = p.child("template");
+    match spec.get("template").filter(|t| t.is_object()) {
+        None => errs.push(FieldError::required(&tp, "")),
+        Some(t) => {
+            let labels =
+                t.get("metadata").and_then(|m| m.get("labels")).and_then(Value::as_object).cloned().unwrap_or_default();
+            if !selector.is_empty() && !selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                errs.push(FieldError::invalid(
+                    tp.child("metadata").child("labels"),
+                    Value::Object(labels),
+                    "`selector` does not match template `labels`",
+                ));
+            }
+            let policy = t.pointer("/spec/restartPolicy").and_then(Value::as_str).unwrap_or("Always");
+            if policy != "Always" {
+                errs.push(FieldError::not_supported(tp.child("spec").child("restartPolicy"), policy, &["Always"]));
+            }
+            pod_template(t, &tp, errs);
+        }
+    }
 }
 
 fn workload(kind: &str, spec: &Value, p: &Path, errs: &mut Errs) {

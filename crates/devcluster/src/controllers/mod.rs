@@ -20,6 +20,7 @@ pub mod kubelet;
 pub mod namespace;
 pub mod quota;
 pub mod replicaset;
+pub mod replicationcontroller;
 pub mod statefulset;
 
 use crate::cluster::Cluster;
@@ -70,6 +71,7 @@ pub fn all() -> Vec<Box<dyn Controller>> {
         Box::new(gc::GarbageCollector),
         Box::new(deployment::DeploymentController),
         Box::new(replicaset::ReplicaSetController),
+        Box::new(replicationcontroller::ReplicationManager),
         Box::new(statefulset::StatefulSetController),
         Box::new(statefulset::VolumeBinder),
         Box::new(job::JobController),

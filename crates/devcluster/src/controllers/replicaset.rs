@@ -1,6 +1,8 @@
-//! ReplicaSets: keep `spec.replicas` pods from the template, owned by the ReplicaSet; report
-//! replicas, ready and available counts; say why pods cannot be created (`ReplicaFailure`,
-//! reason `FailedCreate`, with the API's refusal as the message, and a `FailedCreate` event).
+//! ReplicaSets (and ReplicationControllers, their core/v1 predecessor, which kube-controller-manager
+//! runs with the same code: pkg/controller/replication wraps pkg/controller/replicaset): keep
+//! `spec.replicas` pods from the template, owned by the ReplicaSet; report replicas, ready and
+//! available counts; say why pods cannot be created (`ReplicaFailure`, reason `FailedCreate`,
+//! with the API's refusal as the message, and a `FailedCreate` event).
 
 use super::conditions::{self, Style};
 use super::{Controller, Key, def};
@@ -11,9 +13,19 @@ use crate::store::{Change, EventType};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
-const MANAGER: &str = "replicaset-controller";
-
 pub struct ReplicaSetController;
+
+/// What differs between the controllers of replicated pods: the kind that owns the pods, where
+/// it is stored, and the name it writes and records events as.
+pub(crate) struct Replicated {
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub kind: &'static str,
+    pub manager: &'static str,
+}
+
+const REPLICA_SETS: Replicated =
+    Replicated { group: "apps", resource: "replicasets", kind: "ReplicaSet", manager: "replicaset-controller" };
 
 pub(crate) fn pod_ready(pod: &Value) -> bool {
     conditions::is_true(&conditions::of(pod.get("status")), "Ready")
@@ -117,13 +129,9 @@ fn deletion_rank(p: &Value) -> (u8, u8, u8, std::cmp::Reverse<String>) {
     (scheduled as u8, running as u8, pod_ready(p) as u8, std::cmp::Reverse(created))
 }
 
-impl Controller for ReplicaSetController {
-    fn name(&self) -> &'static str {
-        "replicaset"
-    }
-
-    fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
-        if c.gr.group == "apps" && c.gr.resource == "replicasets" && c.kind != EventType::Deleted {
+impl Replicated {
+    pub(crate) fn keys_for(&self, c: &Change, out: &mut Vec<Key>) {
+        if c.gr.group == self.group && c.gr.resource == self.resource && c.kind != EventType::Deleted {
             out.push(Key::of(c));
         } else if c.gr.group.is_empty() && c.gr.resource == "pods" {
             // A pod changed: its ReplicaSet recounts.
@@ -131,28 +139,27 @@ impl Controller for ReplicaSetController {
                 if let Some(r) = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array)
                     && let Some(owner) = r.iter().find(|r| {
                         r.get("controller").and_then(Value::as_bool) == Some(true)
-                            && r.get("kind").and_then(Value::as_str) == Some("ReplicaSet")
+                            && r.get("kind").and_then(Value::as_str) == Some(self.kind)
                     })
                     && let Some(name) = owner.get("name").and_then(Value::as_str)
                 {
-                    out.push(Key::new("apps", "replicasets", &c.namespace, name));
+                    out.push(Key::new(self.group, self.resource, &c.namespace, name));
                 }
             }
-            let _ = cl;
         }
     }
 
-    fn all_keys(&self, cl: &Cluster, out: &mut Vec<Key>) {
-        let (all, _) = cl.store.list(&crate::registry::GroupResource::new("apps", "replicasets"), None);
-        out.extend(all.iter().map(|o| Key::new("apps", "replicasets", meta::namespace(o), meta::name(o))));
+    pub(crate) fn all_keys(&self, cl: &Cluster, out: &mut Vec<Key>) {
+        let (all, _) = cl.store.list(&crate::registry::GroupResource::new(self.group, self.resource), None);
+        out.extend(all.iter().map(|o| Key::new(self.group, self.resource, meta::namespace(o), meta::name(o))));
     }
 
-    fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration> {
+    pub(crate) fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration> {
         let rs = super::get(cl, key)?;
         if meta::is_deleting(&rs) {
             return None;
         }
-        let rsdef = def(cl, "apps", "replicasets")?;
+        let rsdef = def(cl, self.group, self.resource)?;
         let pdef = def(cl, "", "pods")?;
         let want = rs.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as usize;
         let mut pods: Vec<std::sync::Arc<Value>> = owned_pods(cl, &rs).into_iter().filter(|p| active(p)).collect();
@@ -162,7 +169,7 @@ impl Controller for ReplicaSetController {
             let template = rs.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
             for _ in pods.len()..want {
                 let pod = pod_from_template(&rs, &template, None, &[]);
-                match ops::create(cl, &pdef, &key.namespace, pod, &WriteOpts::system(MANAGER)) {
+                match ops::create(cl, &pdef, &key.namespace, pod, &WriteOpts::system(self.manager)) {
                     Ok(w) => {
                         event(
                             cl,
@@ -170,12 +177,19 @@ impl Controller for ReplicaSetController {
                             "Normal",
                             "SuccessfulCreate",
                             &format!("Created pod: {}", meta::name(&w.object)),
-                            MANAGER,
+                            self.manager,
                         );
                         pods.push(std::sync::Arc::new(w.object));
                     }
                     Err(e) => {
-                        event(cl, &rs, "Warning", "FailedCreate", &format!("Error creating: {}", e.message), MANAGER);
+                        event(
+                            cl,
+                            &rs,
+                            "Warning",
+                            "FailedCreate",
+                            &format!("Error creating: {}", e.message),
+                            self.manager,
+                        );
                         failure = Some(e.message);
                         requeue = Some(Duration::from_secs(5));
                         break;
@@ -188,7 +202,7 @@ impl Controller for ReplicaSetController {
             let excess = pods.len() - want;
             for p in ranked.iter().take(excess) {
                 super::delete(cl, &pdef, &key.namespace, meta::name(p));
-                event(cl, &rs, "Normal", "SuccessfulDelete", &format!("Deleted pod: {}", meta::name(p)), MANAGER);
+                event(cl, &rs, "Normal", "SuccessfulDelete", &format!("Deleted pod: {}", meta::name(p)), self.manager);
             }
             let gone: Vec<String> = ranked.iter().take(excess).map(|p| meta::name(p).to_string()).collect();
             pods.retain(|p| !gone.contains(&meta::name(p).to_string()));
@@ -215,7 +229,25 @@ impl Controller for ReplicaSetController {
         }
         // The real controller omits zero counts.
         status.retain(|k, v| k == "replicas" || v.as_u64() != Some(0));
-        super::write_status(cl, &rsdef, &rs, Value::Object(status), MANAGER);
+        super::write_status(cl, &rsdef, &rs, Value::Object(status), self.manager);
         requeue
+    }
+}
+
+impl Controller for ReplicaSetController {
+    fn name(&self) -> &'static str {
+        "replicaset"
+    }
+
+    fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
+        REPLICA_SETS.keys_for(c, out);
+    }
+
+    fn all_keys(&self, cl: &Cluster, out: &mut Vec<Key>) {
+        REPLICA_SETS.all_keys(cl, out);
+    }
+
+    fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration> {
+        REPLICA_SETS.reconcile(cl, key)
     }
 }
