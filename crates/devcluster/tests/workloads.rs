@@ -710,3 +710,173 @@ async fn replication_controllers_keep_their_replicas_and_scale() {
     let line = res.lines().find(|l| l.starts_with("replicationcontrollers")).unwrap_or_default().to_string();
     assert!(line.contains(" rc ") && line.contains("ReplicationController"), "{res}");
 }
+
+// ---- DaemonSets -----------------------------------------------------------------------------
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::core::v1::Node;
+
+fn daemonset(name: &str, image: &str, spec: Value) -> DaemonSet {
+    let mut s = json!({"selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "agent", "image": image}]}}});
+    if let (Some(m), Some(extra)) = (s.as_object_mut(), spec.as_object()) {
+        for (k, v) in extra {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    from_json(json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name}, "spec": s}))
+}
+
+fn ds_pods(name: &str) -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default().labels(&format!("app={name}"))
+}
+
+fn node_of(p: &Pod) -> String {
+    p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()
+}
+
+fn running(ps: &[Pod]) -> bool {
+    ps.iter().all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+}
+
+#[tokio::test]
+async fn a_daemonset_runs_one_pod_per_node_and_follows_the_nodes() {
+    let dc = DevCluster::start_with(Options { nodes: 3, ..Default::default() }).await.unwrap();
+    let k = Kubectl::new(&dc);
+    let dss: Api<DaemonSet> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    let nodes: Api<Node> = Api::all(dc.client());
+    dss.create(&PostParams::default(), &daemonset("agent", "example.com/agent:1", json!({}))).await.unwrap();
+    let out = k.ok(&["rollout", "status", "ds/agent", "--timeout=30s"]);
+    assert!(out.contains("daemon set \"agent\" successfully rolled out"), "{out}");
+    let ps = wait_list(&pods, ds_pods("agent"), "3 running pods", |ps| ps.len() == 3 && running(ps)).await;
+    let mut on: Vec<String> = ps.iter().map(node_of).collect();
+    on.sort();
+    assert_eq!(on, ["devcluster-node-1", "devcluster-node-2", "devcluster-node-3"]);
+    let p = &ps[0];
+    let terms = p.spec.as_ref().unwrap().affinity.as_ref().unwrap().node_affinity.as_ref().unwrap();
+    let field = &terms.required_during_scheduling_ignored_during_execution.as_ref().unwrap().node_selector_terms[0]
+        .match_fields
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!((field.key.as_str(), field.values.as_ref().unwrap()[0].clone()), ("metadata.name", node_of(p)));
+    let tolerations = p.spec.as_ref().unwrap().tolerations.clone().unwrap();
+    assert!(tolerations.iter().any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable")));
+    let labels = p.metadata.labels.clone().unwrap();
+    assert!(labels.contains_key("controller-revision-hash") && labels["pod-template-generation"] == "1");
+    let st = dss.get("agent").await.unwrap().status.unwrap();
+    assert_eq!(
+        (st.desired_number_scheduled, st.current_number_scheduled, st.number_ready, st.number_misscheduled),
+        (3, 3, 3, 0)
+    );
+    assert_eq!((st.updated_number_scheduled, st.number_available, st.number_unavailable), (Some(3), Some(3), None));
+    let table = k.ok(&["get", "ds", "agent", "--no-headers"]);
+    let cells: Vec<&str> = table.split_whitespace().collect();
+    assert_eq!(&cells[..7], ["agent", "3", "3", "3", "3", "3", "<none>"], "{table}");
+
+    // A node added later gets a pod.
+    let node: Node = from_json(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "late-node", "labels": {"kubernetes.io/hostname": "late-node"}}}));
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+        "message": "kubelet is posting ready status", "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    nodes.patch_status("late-node", &PatchParams::default(), &Patch::Merge(ready)).await.unwrap();
+    let ps = wait_list(&pods, ds_pods("agent"), "a pod on the new node", |ps| {
+        ps.len() == 4 && ps.iter().any(|p| node_of(p) == "late-node")
+    })
+    .await;
+    assert_eq!(ps.len(), 4);
+    // A nodeSelector narrows it to matching nodes; the others' pods go.
+    k.ok(&["label", "node", "devcluster-node-2", "role=edge"]);
+    dss.patch(
+        "agent",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"template": {"spec": {"nodeSelector": {"role": "edge"}}}}})),
+    )
+    .await
+    .unwrap();
+    let ps = wait_list(&pods, ds_pods("agent"), "only the edge node", |ps| {
+        ps.len() == 1 && node_of(&ps[0]) == "devcluster-node-2" && running(ps)
+    })
+    .await;
+    assert!(ps[0].spec.as_ref().unwrap().node_selector.is_some());
+    let st = wait_for(&dss, "agent", "status of one node", |d| {
+        d.status.as_ref().is_some_and(|s| s.desired_number_scheduled == 1 && s.number_ready == 1)
+    })
+    .await
+    .status
+    .unwrap();
+    assert_eq!(st.number_misscheduled, 0);
+    // An untolerated NoExecute taint evicts.
+    k.ok(&["taint", "node", "devcluster-node-2", "dedicated=db:NoExecute"]);
+    wait_list(&pods, ds_pods("agent"), "evicted by the taint", |ps| ps.is_empty()).await;
+    let d =
+        wait_for(&dss, "agent", "none desired", |d| d.status.as_ref().is_some_and(|s| s.desired_number_scheduled == 0))
+            .await;
+    assert_eq!(d.status.unwrap().current_number_scheduled, 0);
+
+    // Deleting the DaemonSet deletes its pods.
+    k.ok(&["taint", "node", "devcluster-node-2", "dedicated=db:NoExecute-"]);
+    wait_list(&pods, ds_pods("agent"), "back on the edge node", |ps| ps.len() == 1).await;
+    k.ok(&["delete", "ds", "agent"]);
+    wait_list(&pods, ds_pods("agent"), "no pods", |ps| ps.is_empty()).await;
+}
+
+#[tokio::test]
+async fn daemonset_rolling_update_and_on_delete() {
+    let dc = DevCluster::start_with(Options { nodes: 3, ..Default::default() }).await.unwrap();
+    let k = Kubectl::new(&dc);
+    let dss: Api<DaemonSet> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    let image = |ps: &[Pod], want: &str| {
+        ps.iter().all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some(want))
+    };
+    dss.create(&PostParams::default(), &daemonset("roll", "example.com/agent:1", json!({}))).await.unwrap();
+    k.ok(&["rollout", "status", "ds/roll", "--timeout=30s"]);
+    k.ok(&["set", "image", "ds/roll", "agent=example.com/agent:2"]);
+    let out = k.ok(&["rollout", "status", "ds/roll", "--timeout=30s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+    wait_list(&pods, ds_pods("roll"), "3 new pods", |ps| {
+        ps.len() == 3 && image(ps, "example.com/agent:2") && running(ps)
+    })
+    .await;
+    let d = dss.get("roll").await.unwrap();
+    let st = d.status.unwrap();
+    assert_eq!((st.observed_generation, st.updated_number_scheduled), (Some(2), Some(3)));
+    let revs: Api<ControllerRevision> = Api::default_namespaced(dc.client());
+    let list = revs.list(&ListParams::default().labels("app=roll")).await.unwrap();
+    let mut numbers: Vec<i64> = list.items.iter().map(|r| r.revision).collect();
+    numbers.sort();
+    assert_eq!(numbers, [1, 2]);
+    let hist = k.ok(&["rollout", "history", "ds/roll"]);
+    assert!(hist.contains('1') && hist.contains('2'), "{hist}");
+
+    // OnDelete: the template changes, pods stay until deleted.
+    dss.create(
+        &PostParams::default(),
+        &daemonset("manual", "example.com/agent:1", json!({"updateStrategy": {"type": "OnDelete"}})),
+    )
+    .await
+    .unwrap();
+    let before = wait_list(&pods, ds_pods("manual"), "3 pods", |ps| ps.len() == 3 && running(ps)).await;
+    k.ok(&["set", "image", "ds/manual", "agent=example.com/agent:2"]);
+    let d = wait_for(&dss, "manual", "the new generation observed", |d| {
+        d.status.as_ref().and_then(|s| s.observed_generation) == Some(2)
+    })
+    .await;
+    assert_eq!(d.status.unwrap().updated_number_scheduled, None, "no pod is updated by itself");
+    let now = pods.list(&ListParams::default().labels("app=manual")).await.unwrap().items;
+    assert!(image(&now, "example.com/agent:1") && now.len() == 3);
+    let victim = before[0].metadata.name.clone().unwrap();
+    k.ok(&["delete", "pod", &victim]);
+    let after = wait_list(&pods, ds_pods("manual"), "a replacement with the new image", |ps| {
+        ps.len() == 3
+            && ps
+                .iter()
+                .filter(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("example.com/agent:2"))
+                .count()
+                == 1
+    })
+    .await;
+    assert!(after.iter().all(|p| p.metadata.name.as_deref() != Some(victim.as_str())));
+}

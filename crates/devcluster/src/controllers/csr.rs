@@ -78,11 +78,10 @@ impl Controller for CsrSigner {
                     .map(|s| Duration::from_secs(s.max(600) as u64))
                     .unwrap_or(MAX_DURATION)
                     .min(MAX_DURATION);
-                let pem = crate::builtin::validate::csr_request_der(&spec).and_then(|der| {
+                crate::builtin::validate::csr_request_der(&spec).and_then(|der| {
                     let pem = crate::x509::pem("CERTIFICATE REQUEST", &der);
                     cl.creds.sign_client_csr(&pem, &usages, want).map_err(|e| e.to_string())
-                });
-                pem
+                })
             }
         };
         let now = meta::now();

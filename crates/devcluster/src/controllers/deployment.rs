@@ -50,7 +50,7 @@ pub(crate) fn template_hash(template: &Value, collision_count: i64) -> String {
 
 /// maxSurge / maxUnavailable: an int, or a percentage of `total` (surge rounds up,
 /// unavailable down).
-fn resolve(v: Option<&Value>, total: i64, default_pct: i64, round_up: bool) -> i64 {
+pub(crate) fn resolve(v: Option<&Value>, total: i64, default_pct: i64, round_up: bool) -> i64 {
     match v {
         Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
         Some(Value::String(s)) if s.ends_with('%') => {

@@ -9,6 +9,7 @@
 
 pub mod conditions;
 pub mod crds;
+pub mod daemonset;
 pub mod cronjob;
 pub mod csr;
 pub mod deployment;
@@ -74,6 +75,7 @@ pub fn all() -> Vec<Box<dyn Controller>> {
         Box::new(replicationcontroller::ReplicationManager),
         Box::new(statefulset::StatefulSetController),
         Box::new(statefulset::VolumeBinder),
+        Box::new(daemonset::DaemonSetController),
         Box::new(job::JobController),
         Box::new(job::TtlAfterFinished),
         Box::new(cronjob::CronJobController),

@@ -32,8 +32,9 @@ fn selector_labels(sts: &Value) -> Map<String, Value> {
     sts.pointer("/spec/selector/matchLabels").and_then(Value::as_object).cloned().unwrap_or_default()
 }
 
-/// Make sure the ControllerRevision of the current template exists; return its name.
-fn ensure_revision(cl: &Cluster, sts: &Value, hash: &str) -> String {
+/// Make sure the ControllerRevision of the current template exists; return its name (also the
+/// DaemonSet controller's: both store `{spec: {template}}` as upstream's `getPatch` does).
+pub(crate) fn ensure_revision(cl: &Cluster, sts: &Value, hash: &str, manager: &str) -> String {
     let name = format!("{}-{hash}", meta::name(sts));
     let Some(crdef) = def(cl, "apps", "controllerrevisions") else { return name };
     let ns = meta::namespace(sts);
@@ -59,7 +60,7 @@ fn ensure_revision(cl: &Cluster, sts: &Value, hash: &str) -> String {
         "data": {"spec": {"template": template}},
         "revision": existing + 1,
     });
-    let _ = ops::create(cl, &crdef, ns, rev, &WriteOpts::system(MANAGER));
+    let _ = ops::create(cl, &crdef, ns, rev, &WriteOpts::system(manager));
     name
 }
 
@@ -177,7 +178,7 @@ impl Controller for StatefulSetController {
         let pdef = def(cl, "", "pods")?;
         let want = sts.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as usize;
         let template = sts.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
-        let update_rev = ensure_revision(cl, &sts, &template_hash(&template, 0));
+        let update_rev = ensure_revision(cl, &sts, &template_hash(&template, 0), MANAGER);
         let parallel = sts.pointer("/spec/podManagementPolicy").and_then(Value::as_str) == Some("Parallel");
         let on_delete = sts.pointer("/spec/updateStrategy/type").and_then(Value::as_str) == Some("OnDelete");
         let partition =
