@@ -583,6 +583,12 @@ async fn exec_and_port_forward_reach_the_container() {
     let out = k.run(&["exec", "web", "--", "/testpod", "kube-list-pods"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("starting argv"), "{out:?}");
 
+    // Exec needs `create` on pods/exec, also over a WebSocket GET (upstream since 1.31).
+    k.ok(&["create", "role", "peek", "--verb=get", "--resource=pods,pods/exec"]);
+    k.ok(&["create", "rolebinding", "peek", "--role=peek", "--user=jane"]);
+    let err = k.fails(&["exec", "web", "--as=jane", "--", "true"]);
+    assert!(err.contains(r#"User "jane" cannot create resource "pods/exec" in API group"#), "{err}");
+
     // kube-rs exec.
     let mut attached = pods
         .exec("web", ["sh", "-c", "cat /etc/cfg/greeting; exit 5"], &kube::api::AttachParams::default().stderr(false))

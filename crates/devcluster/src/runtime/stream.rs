@@ -420,7 +420,7 @@ pub fn serve(cl: &Cluster, req: StreamRequest) -> ApiResult<Response<Body>> {
         tokio::spawn(async move {
             let Ok(up) = on_upgrade.await else { return };
             let ws = WebSocketStream::from_raw_socket(hyper_util::rt::TokioIo::new(up), Role::Server, None).await;
-            exec_session(ws, launch, command, stdin, stdout, stderr, v5).await;
+            exec_session(ws, &run, launch, command, stdin, stdout, stderr, v5).await;
         });
     } else {
         let mut ports: Vec<u16> = vec![];
@@ -503,8 +503,18 @@ fn exit_status(code: i32, argv: &[String]) -> Value {
         "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}})
 }
 
-async fn exec_session(ws: Ws, launch: Launch, command: Vec<String>, stdin: bool, stdout: bool, stderr: bool, v5: bool) {
-    let (mut sink, mut source) = ws.split();
+#[allow(clippy::too_many_arguments)]
+async fn exec_session(
+    ws: Ws,
+    run: &PodRun,
+    launch: Launch,
+    command: Vec<String>,
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    v5: bool,
+) {
+    let (mut sink, source) = ws.split();
     let argv = spec::exec_argv(&launch, &command);
     let sp = match process::spawn(&argv, &launch.env, &launch.cwd, stdin).await {
         Ok(sp) => sp,
@@ -528,7 +538,7 @@ async fn exec_session(ws: Ws, launch: Launch, command: Vec<String>, stdin: bool,
         3
     };
     let _ = sink.send(Message::binary(vec![first])).await;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u8, Vec<u8>)>(16);
+    let (tx, rx) = tokio::sync::mpsc::channel::<(u8, Vec<u8>)>(16);
     if let Some(o) = sp.stdout {
         if stdout { pipe_to(o, 1, tx.clone()) } else { pipe_to(o, 255, tx.clone()) }
     }
@@ -549,8 +559,24 @@ async fn exec_session(ws: Ws, launch: Launch, command: Vec<String>, stdin: bool,
         });
     }
     let pid = sp.pid;
+    run.exec_started(pid);
+    exec_loop(sink, source, sp.exit, rx, in_tx, pid, &command, v5).await;
+    run.exec_ended(pid);
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn exec_loop(
+    mut sink: futures::stream::SplitSink<Ws, Message>,
+    mut source: futures::stream::SplitStream<Ws>,
+    exit: tokio::sync::oneshot::Receiver<i32>,
+    mut rx: tokio::sync::mpsc::Receiver<(u8, Vec<u8>)>,
+    in_tx: std::sync::mpsc::Sender<Vec<u8>>,
+    pid: i32,
+    command: &[String],
+    v5: bool,
+) {
     let mut in_tx = Some(in_tx);
-    let mut exit = sp.exit;
+    let mut exit = exit;
     let mut code: Option<i32> = None;
     let mut outputs_open = true;
     loop {
@@ -585,7 +611,7 @@ async fn exec_session(ws: Ws, launch: Launch, command: Vec<String>, stdin: bool,
         }
     }
     drop(in_tx);
-    let status = exit_status(code.unwrap_or(137), &command);
+    let status = exit_status(code.unwrap_or(137), command);
     let mut m = vec![3u8];
     m.extend(serde_json::to_vec(&status).unwrap_or_default());
     let _ = sink.send(Message::binary(m)).await;

@@ -71,6 +71,8 @@ pub struct PodRun {
     /// The grace period once the pod is stopping.
     stop: watch::Sender<Option<Duration>>,
     publish: Mutex<()>,
+    /// Process groups of running exec'd commands (and exec probes).
+    execs: Mutex<std::collections::BTreeSet<i32>>,
 }
 
 impl PodRun {
@@ -85,6 +87,7 @@ impl PodRun {
             wake: Notify::new(),
             stop: watch::channel(None).0,
             publish: Mutex::new(()),
+            execs: Mutex::new(Default::default()),
         }
     }
 
@@ -96,8 +99,20 @@ impl PodRun {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Every process group of the pod: its containers' and the commands exec'd into them.
     pub fn process_groups(&self) -> Vec<i32> {
-        self.lock().containers.iter().filter_map(|c| c.pid).collect()
+        let mut v: Vec<i32> = self.lock().containers.iter().filter_map(|c| c.pid).collect();
+        v.extend(self.execs.lock().unwrap_or_else(|e| e.into_inner()).iter().copied());
+        v
+    }
+
+    /// An exec'd command runs (until `exec_ended`): it ends with the pod.
+    pub(crate) fn exec_started(&self, pgid: i32) {
+        self.execs.lock().unwrap_or_else(|e| e.into_inner()).insert(pgid);
+    }
+
+    pub(crate) fn exec_ended(&self, pgid: i32) {
+        self.execs.lock().unwrap_or_else(|e| e.into_inner()).remove(&pgid);
     }
 
     fn stopping(&self) -> Option<Duration> {
@@ -583,6 +598,10 @@ async fn terminate(pgid: i32, grace: Duration) {
 /// delete with grace 0 does), release its address.
 fn finish(cl: &Cluster, run: &PodRun, remove_object: bool) {
     cl.runtime.remove(run);
+    // Commands still exec'd into the pod end with it.
+    for pgid in run.execs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        process::signal_group(*pgid, libc::SIGKILL);
+    }
     super::release_ip(run.ip);
     let _ = std::fs::remove_dir_all(&run.dir);
     if remove_object
