@@ -490,6 +490,15 @@ async fn deletion_sends_sigterm_then_sigkill_after_the_grace_period() {
     k.ok(&["delete", "pod", "polite", "--wait=true"]);
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     assert!(processes_with(&format!("{marker}\0--polite")).is_empty());
+
+    // A pod deleted at once and made again under its name (as a StatefulSet replaces one) runs.
+    create_pod(&pods, "again", json!({"containers": [container(json!({}))]})).await;
+    let first = wait_ready(&pods, "again").await;
+    k.ok(&["delete", "pod", "again", "--grace-period=0", "--force"]);
+    create_pod(&pods, "again", json!({"containers": [container(json!({}))]})).await;
+    let second = wait_ready(&pods, "again").await;
+    assert_ne!(first["metadata"]["uid"], second["metadata"]["uid"]);
+    assert_ne!(second["status"]["podIP"], Value::Null);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

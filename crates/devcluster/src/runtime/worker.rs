@@ -615,6 +615,14 @@ fn finish(cl: &Cluster, run: &PodRun, remove_object: bool) {
         };
         let _ = crate::ops::delete(cl, &pdef, &run.namespace, &run.name, &opts);
     }
+    // A pod of the same name made meanwhile (a StatefulSet's replacement) starts now.
+    if let Some(next) = cl.store.get(&crate::registry::GroupResource::new("", "pods"), &run.namespace, &run.name)
+        && meta::uid(&next) != run.uid
+        && next.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty())
+        && cl.runtime.runs(&next)
+    {
+        cl.runtime.sync(&next);
+    }
 }
 
 /// The status a kubelet writes for the pod now.
