@@ -184,9 +184,14 @@ impl Runtime {
         *self.rules.write().unwrap_or_else(|e| e.into_inner()) = rules;
     }
 
-    /// The executable a container image runs, if any.
+    /// The executable a container image runs, if any. A relative path with a directory
+    /// (`./target/debug/app`) is taken from devcluster's working directory, not the pod's.
     pub fn executable(&self, image: &str) -> Option<PathBuf> {
-        find(&self.rules.read().unwrap_or_else(|e| e.into_inner()), image)
+        let exe = find(&self.rules.read().unwrap_or_else(|e| e.into_inner()), image)?;
+        if exe.is_relative() && exe.components().count() > 1 {
+            return Some(std::env::current_dir().map(|d| d.join(&exe)).unwrap_or(exe));
+        }
+        Some(exe)
     }
 
     /// Whether a pod runs here: one of its containers has a mapped image (or it already runs).
