@@ -741,3 +741,53 @@ async fn dropping_the_cluster_handle_ends_every_pod_process() {
     tokio::task::spawn_blocking(move || drop(dc)).await.unwrap();
     assert!(!pid_alive(pids[0]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_projected_and_sub_path_volumes_are_files_with_their_modes() {
+    let (dc, k) = cluster().await;
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    k.ok(&["create", "configmap", "cfg", "--from-literal=greeting=hello"]);
+    create_pod(
+        &pods,
+        "vols",
+        json!({"containers": [container(json!({
+            "command": ["/testpod"],
+            "args": ["--print-file", "/etc/greeting.txt"],
+            "volumeMounts": [
+                {"name": "tls", "mountPath": "/etc/tls", "readOnly": true},
+                {"name": "all", "mountPath": "/etc/all"},
+                {"name": "maybe", "mountPath": "/etc/maybe"},
+                {"name": "cfg", "mountPath": "/etc/greeting.txt", "subPath": "greeting"},
+            ],
+        }))], "volumes": [
+            {"name": "tls", "secret": {"secretName": "tls", "defaultMode": 0o440, "items": [
+                {"key": "tls.key", "path": "keys/key.pem", "mode": 0o400}, {"key": "tls.crt", "path": "cert.pem"}]}},
+            {"name": "all", "projected": {"sources": [
+                {"configMap": {"name": "cfg"}},
+                {"downwardAPI": {"items": [{"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
+            {"name": "maybe", "configMap": {"name": "absent", "optional": true}},
+            {"name": "cfg", "configMap": {"name": "cfg"}},
+        ]}),
+    )
+    .await;
+    // The Secret does not exist yet: the pod waits in ContainerCreating, as a kubelet's mount does.
+    let ev = until("FailedMount", || async {
+        let out =
+            k.ok(&["get", "events", "--field-selector", "reason=FailedMount", "-o", "jsonpath={.items[*].message}"]);
+        (!out.is_empty()).then_some(out)
+    })
+    .await;
+    assert!(ev.contains(r#"MountVolume.SetUp failed for volume "tls" : secret "tls" not found"#), "{ev}");
+    let p = pod_json(&pods, "vols").await.unwrap();
+    assert_eq!(p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ContainerCreating");
+    k.ok(&["create", "secret", "generic", "tls", "--from-literal=tls.key=KEY", "--from-literal=tls.crt=CRT"]);
+    wait_ready(&pods, "vols").await;
+    let sh = |cmd: &str| k.ok(&["exec", "vols", "--", "sh", "-c", cmd]);
+    assert_eq!(sh("cat /etc/tls/keys/key.pem; stat -c %a /etc/tls/keys/key.pem"), "KEY400\n");
+    assert_eq!(sh("cat /etc/tls/cert.pem; stat -c %a -L /etc/tls/cert.pem"), "CRT440\n");
+    assert_eq!(sh("cat /etc/all/greeting /etc/all/ns"), "hellodefault");
+    assert_eq!(sh("ls -A /etc/maybe | grep -v '^\\.\\.' | wc -l").trim(), "0");
+    assert_eq!(sh("cat /etc/greeting.txt"), "hello");
+    let logs = k.ok(&["logs", "vols"]);
+    assert!(logs.contains("/volumes/cfg/greeting: hello"), "{logs}");
+}
