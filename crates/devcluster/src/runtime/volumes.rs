@@ -301,6 +301,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn projected_tokens_are_kept_then_refreshed_after_80_percent_of_their_lifetime() {
+        let cl = Cluster::new(crate::Options::default()).unwrap();
+        crate::bootstrap::run(&cl);
+        let def = cl.registry.get("", "v1", "serviceaccounts").unwrap();
+        let sa = serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot", "namespace": "default"}});
+        crate::ops::create(&cl, &def, "default", sa, &crate::ops::WriteOpts::system("test")).unwrap();
+        let pod = serde_json::json!({"metadata": {"namespace": "default", "name": "p"}, "spec": {"serviceAccountName": "robot"}});
+        let src = serde_json::json!({"expirationSeconds": 3600, "path": "token"});
+        let mut state = VolumeState::default();
+        let first = token_for(&cl, &pod, "v", "token", &src, &mut state).unwrap();
+        assert_eq!(token_for(&cl, &pod, "v", "token", &src, &mut state).unwrap(), first);
+        // 79% of the lifetime passed: kept; 80%: a new token.
+        let now = jiff::Timestamp::now().as_second();
+        state.tokens.get_mut("v/token").unwrap().1 = now - 3600 * 79 / 100;
+        assert_eq!(token_for(&cl, &pod, "v", "token", &src, &mut state).unwrap(), first);
+        state.tokens.get_mut("v/token").unwrap().1 = now - 3600 * 8 / 10;
+        let second = token_for(&cl, &pod, "v", "token", &src, &mut state).unwrap();
+        assert_ne!(second, first);
+    }
+
+    #[test]
     fn atomic_writer_swaps_data_and_links() {
         let d = tempfile::tempdir().unwrap();
         let mut files = Files::new();
