@@ -550,6 +550,9 @@ const BUILTINS: &[B] = &[
     b("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews").cluster().review(),
     b("authentication.k8s.io", "v1", "TokenReview", "tokenreviews").cluster().review(),
     b("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews").cluster().review(),
+    // Named `<version>.<group>` (`v1.` for the core group): path-segment names, as
+    // kube-aggregator's ValidateAPIServiceName allows.
+    b("apiregistration.k8s.io", "v1", "APIService", "apiservices").cluster().status().name(NameRule::PathSegment),
     b("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests")
         .cluster()
         .short(&["csr"])

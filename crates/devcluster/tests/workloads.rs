@@ -880,3 +880,75 @@ async fn daemonset_rolling_update_and_on_delete() {
     .await;
     assert!(after.iter().all(|p| p.metadata.name.as_deref() != Some(victim.as_str())));
 }
+
+// ---- APIServices ----------------------------------------------------------------------------
+
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+
+#[tokio::test]
+async fn apiservices_list_the_served_group_versions_and_follow_crds() {
+    let (dc, k) = cluster_with(vec![]).await;
+    let api: Api<APIService> = Api::all(dc.client());
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let names: Vec<String> = list.items.iter().filter_map(|a| a.metadata.name.clone()).collect();
+    for n in [
+        "v1.",
+        "v1.apps",
+        "v1.batch",
+        "v1.apiregistration.k8s.io",
+        "v1.certificates.k8s.io",
+        "v1.rbac.authorization.k8s.io",
+    ] {
+        assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+    }
+    let core = api.get("v1.").await.unwrap();
+    let spec = core.spec.unwrap();
+    assert_eq!(
+        (spec.group, spec.version.as_deref(), spec.group_priority_minimum, spec.version_priority),
+        (None, Some("v1"), 18000, 1)
+    );
+    assert!(spec.service.is_none());
+    let apps = api.get("v1.apps").await.unwrap();
+    assert_eq!(
+        (apps.spec.as_ref().unwrap().group_priority_minimum, apps.spec.as_ref().unwrap().version_priority),
+        (17800, 15)
+    );
+    assert_eq!(apps.metadata.labels.unwrap()["kube-aggregator.kubernetes.io/automanaged"], "onstart");
+    let cond = &apps.status.unwrap().conditions.unwrap()[0];
+    assert_eq!(
+        (cond.type_.as_str(), cond.status.as_str(), cond.reason.as_deref()),
+        ("Available", "True", Some("Local"))
+    );
+    let out = k.ok(&["get", "apiservices", "v1.apps"]);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SERVICE", "AVAILABLE", "AGE"]);
+    assert_eq!(&row[..3], ["v1.apps", "Local", "True"]);
+
+    // A CRD's group-version gets its own (crd-autoregister), and loses it with the CRD.
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    k.ok(&["create", "-f", &k.write("crd.json", &crd.to_string())]);
+    let a = wait_for(&api, "v1.example.com", "the CRD's APIService", |a| a.status.is_some()).await;
+    let spec = a.spec.unwrap();
+    assert_eq!(
+        (spec.group.as_deref(), spec.group_priority_minimum, spec.version_priority),
+        (Some("example.com"), 1000, 100)
+    );
+    assert_eq!(a.metadata.labels.unwrap()["kube-aggregator.kubernetes.io/automanaged"], "true");
+    k.ok(&["delete", "crd", "widgets.example.com"]);
+    wait_gone(&api, "v1.example.com", a.metadata.uid.as_deref().unwrap(), "the CRD's APIService removed").await;
+
+    // A deleted built-in registration comes back; a bad name is refused.
+    let uid = api.get("v1.batch").await.unwrap().metadata.uid.unwrap();
+    k.ok(&["delete", "apiservice", "v1.batch"]);
+    wait_for(&api, "v1.batch", "re-registered", |a| a.metadata.uid.as_deref() != Some(uid.as_str())).await;
+    let bad = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "wrong"},
+        "spec": {"group": "x.io", "version": "v1", "groupPriorityMinimum": 100, "versionPriority": 10}});
+    let err = k.fails(&["create", "-f", &k.write("bad.json", &bad.to_string())]);
+    assert!(err.contains("metadata.name: Invalid value: \"wrong\": must be `spec.version+\".\"+spec.group`"), "{err}");
+}

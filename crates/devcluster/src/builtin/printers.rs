@@ -153,6 +153,7 @@ fn printer(group: &str, kind: &str) -> Option<Printer> {
         ("storage.k8s.io", "StorageClass") => p(STORAGE_CLASS, storage_class_cells),
         ("autoscaling", "Scale") => p(SCALE, scale_cells),
         ("certificates.k8s.io", "CertificateSigningRequest") => p(CSR, csr_cells),
+        ("apiregistration.k8s.io", "APIService") => p(API_SERVICE, api_service_cells),
         _ => None,
     }
 }
@@ -466,6 +467,13 @@ const JOB: &[Column] = &[
     wide("Containers", "string", CONTAINERS_DOC),
     wide("Images", "string", IMAGES_DOC),
     wide("Selector", "string", "A label query over pods that should match the pod count."),
+];
+
+const API_SERVICE: &[Column] = &[
+    NAME,
+    col("Service", "string", "The reference to the service that hosts this API endpoint."),
+    col("Available", "string", "Whether this service is available."),
+    AGE,
 ];
 
 const CSR: &[Column] = &[
@@ -1610,6 +1618,29 @@ fn cron_job_cells(obj: &Value, now: i64) -> Vec<Value> {
         images.into(),
         format_label_selector(at(job_spec, &["selector"])).into(),
     ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// apiregistration.k8s.io/v1
+
+/// kube-aggregator's APIService table convertor (pkg/registry/apiservice/etcd): SERVICE is
+/// `Local` or `namespace/name`; AVAILABLE the Available condition's status, with its reason
+/// when not True.
+fn api_service_cells(obj: &Value, now: i64) -> Vec<Value> {
+    let service = match obj_at(obj, &["spec", "service"]) {
+        Some(svc) => format!("{}/{}", s(svc, &["namespace"]), s(svc, &["name"])),
+        None => "Local".to_string(),
+    };
+    let available = arr(obj, &["status", "conditions"])
+        .iter()
+        .find(|c| s(c, &["type"]) == "Available")
+        .map(|c| match (s(c, &["status"]), s(c, &["reason"])) {
+            ("True", _) => "True".to_string(),
+            (st, "") => st.to_string(),
+            (st, reason) => format!("{st} ({reason})"),
+        })
+        .unwrap_or_else(|| "Unknown".to_string());
+    vec![name(obj).into(), service.into(), available.into(), age(obj, now)]
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ use k8s_openapi::api::{
     events, networking, policy, rbac, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apireg;
 use schemars::generate::SchemaSettings;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -72,6 +73,7 @@ pub fn generate() -> (Arc<Defs>, HashMap<(String, String), String>) {
         "authentication.k8s.io" "TokenReview" => authentication::v1::TokenReview,
         "authentication.k8s.io" "SelfSubjectReview" => authentication::v1::SelfSubjectReview,
         "certificates.k8s.io" "CertificateSigningRequest" => certificates::v1::CertificateSigningRequest,
+        "apiregistration.k8s.io" "APIService" => apireg::APIService,
     );
     let mut defs = generator.take_definitions(true);
     crate::builtin::patchmeta::annotate(&mut defs);

@@ -23,7 +23,9 @@ pub fn name_rule(group: &str, kind: &str) -> NameRule {
     match (group, kind) {
         ("", "Namespace") => NameRule::Dns1123Label,
         ("", "Service") => NameRule::Dns1035Label,
-        ("rbac.authorization.k8s.io", _) | ("autoscaling", "HorizontalPodAutoscaler") => NameRule::PathSegment,
+        ("rbac.authorization.k8s.io", _)
+        | ("autoscaling", "HorizontalPodAutoscaler")
+        | ("apiregistration.k8s.io", "APIService") => NameRule::PathSegment,
         _ => NameRule::Dns1123Subdomain,
     }
 }
@@ -182,6 +184,28 @@ pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Ve
         ("batch", "CronJob") => cron_job(obj, &spec, &sp, old.is_none(), &mut errs),
         ("certificates.k8s.io", "CertificateSigningRequest") => csr(obj, old, &mut errs),
         ("", "ReplicationController") => replication_controller(&spec, &sp, &mut errs),
+        ("apiregistration.k8s.io", "APIService") => {
+            // kube-aggregator's ValidateAPIService: the name is `<version>.<group>`.
+            let (version, group) = (s(&spec, "version"), s(&spec, "group"));
+            let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+            let want = format!("{version}.{group}");
+            if name != want {
+                errs.push(FieldError::invalid(
+                    "metadata.name",
+                    name,
+                    format!("must be `spec.version+\".\"+spec.group`: {want:?}"),
+                ));
+            }
+            if version.is_empty() {
+                errs.push(FieldError::required(sp.child("version"), ""));
+            }
+            for (f, max) in [("groupPriorityMinimum", 20000), ("versionPriority", 1000)] {
+                let v = int(&spec, f).unwrap_or(0);
+                if v <= 0 || v > max {
+                    errs.push(FieldError::invalid(sp.child(f), v, format!("must be positive and less than {max}")));
+                }
+            }
+        }
         ("networking.k8s.io", "Ingress") => ingress(&spec, &sp, &mut errs),
         ("networking.k8s.io", "NetworkPolicy") => network_policy(&spec, &sp, &mut errs),
         ("coordination.k8s.io", "Lease") => {

@@ -7,6 +7,7 @@
 //! Every write a controller makes goes through `ops`, the same verbs the API serves, so
 //! admission, validation and watches see controller writes exactly like client writes.
 
+pub mod apiservice;
 pub mod conditions;
 pub mod crds;
 pub mod daemonset;
@@ -69,6 +70,7 @@ pub fn all() -> Vec<Box<dyn Controller>> {
     vec![
         Box::new(namespace::NamespaceController),
         Box::new(crds::CrdCleanup),
+        Box::new(apiservice::ApiServiceRegistration),
         Box::new(gc::GarbageCollector),
         Box::new(deployment::DeploymentController),
         Box::new(replicaset::ReplicaSetController),
