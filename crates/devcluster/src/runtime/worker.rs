@@ -168,6 +168,7 @@ pub async fn run(cl: Arc<Cluster>, run: Arc<PodRun>) {
     {
         let mut st = run.lock();
         st.start_time = Some(now());
+        let has_inits = pod.pointer("/spec/initContainers").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
         for (field, init) in [("initContainers", true), ("containers", false)] {
             for c in pod.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten() {
                 let image = c.get("image").and_then(Value::as_str).unwrap_or("").to_string();
@@ -176,7 +177,9 @@ pub async fn run(cl: Arc<Cluster>, run: Arc<PodRun>) {
                     init,
                     runs: cl.runtime.executable(&image).is_some(),
                     image,
-                    state: json!({"waiting": {"reason": if init { "PodInitializing" } else { "ContainerCreating" }}}),
+                    // Containers behind init containers wait `PodInitializing`, as the kubelet
+                    // reports them (pkg/kubelet/kubelet_pods.go `convertToAPIContainerStatuses`).
+                    state: json!({"waiting": {"reason": if has_inits { "PodInitializing" } else { "ContainerCreating" }}}),
                     last_state: json!({}),
                     restart_count: 0,
                     ready: false,
@@ -187,10 +190,6 @@ pub async fn run(cl: Arc<Cluster>, run: Arc<PodRun>) {
                     container_id: String::new(),
                 });
             }
-        }
-        // The first init container is the one being created.
-        if let Some(c) = st.containers.iter_mut().find(|c| c.init) {
-            c.state = json!({"waiting": {"reason": "PodInitializing"}});
         }
     }
     let _ = std::fs::create_dir_all(&run.dir);
