@@ -297,6 +297,10 @@ async fn resource(
         return Ok(status_body_response(&body));
     }
     let def = cl.registry.get(&rp.group, &rp.version, &rp.resource).ok_or_else(ApiError::not_found_path)?;
+    // Read-only resources (ComponentStatus) answer reads only.
+    if !def.review && !def.verbs.contains(&"create") && method != Method::GET {
+        return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
+    }
     if def.review {
         if method != Method::POST || rp.name.is_some() {
             return Err(ApiError::method_not_allowed(

@@ -136,6 +136,16 @@ pub fn check_subresource(def: &ResourceDef, sub: Option<&str>) -> ApiResult<()> 
 
 /// Fields the server allocated that an update may omit (a Service's cluster IPs).
 pub fn preserve_on_update(def: &ResourceDef, cur: &Value, new: &mut Value) {
+    // A pod's ephemeral containers change only through `pods/ephemeralcontainers`
+    // (podStrategy.PrepareForUpdate keeps the old ones).
+    if is(def, "", "pods")
+        && let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        match cur.pointer("/spec/ephemeralContainers") {
+            Some(v) => spec.insert("ephemeralContainers".into(), v.clone()),
+            None => spec.remove("ephemeralContainers"),
+        };
+    }
     if is(def, "certificates.k8s.io", "certificatesigningrequests")
         && let Some(m) = new.as_object_mut()
     {
@@ -276,6 +286,18 @@ pub fn subresource_update(def: &ResourceDef, sub: Option<&str>, cur: &Value, new
                         sm.insert("conditions".into(), conds);
                     }
                 }
+            }
+            Some(out)
+        }
+        // pkg/registry/core/pod/strategy.go `podEphemeralContainersStrategy`: only
+        // `spec.ephemeralContainers` changes.
+        "ephemeralcontainers" if is(def, "", "pods") => {
+            let mut out = cur.clone();
+            if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
+                match new.pointer("/spec/ephemeralContainers") {
+                    Some(v) if !v.is_null() => spec.insert("ephemeralContainers".into(), v.clone()),
+                    _ => spec.remove("ephemeralContainers"),
+                };
             }
             Some(out)
         }

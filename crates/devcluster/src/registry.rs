@@ -379,6 +379,7 @@ struct B {
     all: bool,
     field_labels: &'static [&'static str],
     review: bool,
+    readonly: bool,
 }
 
 const fn b(group: &'static str, version: &'static str, kind: &'static str, plural: &'static str) -> B {
@@ -396,6 +397,7 @@ const fn b(group: &'static str, version: &'static str, kind: &'static str, plura
         all: false,
         field_labels: &[],
         review: false,
+        readonly: false,
     }
 }
 
@@ -434,6 +436,11 @@ impl B {
     }
     const fn review(mut self) -> Self {
         self.review = true;
+        self
+    }
+    /// Served for reading only (get, list): ComponentStatus.
+    const fn readonly(mut self) -> Self {
+        self.readonly = true;
         self
     }
 }
@@ -486,6 +493,7 @@ const BUILTINS: &[B] = &[
     b("", "v1", "ResourceQuota", "resourcequotas").short(&["quota"]).status(),
     b("", "v1", "LimitRange", "limitranges").short(&["limits"]),
     b("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims").short(&["pvc"]).status(),
+    b("", "v1", "ComponentStatus", "componentstatuses").cluster().short(&["cs"]).readonly(),
     b("", "v1", "ReplicationController", "replicationcontrollers")
         .short(&["rc"])
         .status()
@@ -578,6 +586,7 @@ pub fn extra_subresources(group: &str, plural: &str) -> &'static [ExtraSubresour
         ("certificates.k8s.io", "certificatesigningrequests") => {
             &[ExtraSubresource { name: "approval", kind: "CertificateSigningRequest", verbs: RW }]
         }
+        ("", "pods") => &[ExtraSubresource { name: "ephemeralcontainers", kind: "Pod", verbs: RW }],
         _ => &[],
     }
 }
@@ -634,6 +643,8 @@ fn builtin_defs() -> Vec<ResourceDef> {
                 categories,
                 verbs: if b.review {
                     vec!["create"]
+                } else if b.readonly {
+                    vec!["get", "list"]
                 } else if b.plural == "namespaces" {
                     STD_VERBS.iter().copied().filter(|v| *v != "deletecollection").collect()
                 } else {

@@ -952,3 +952,81 @@ async fn apiservices_list_the_served_group_versions_and_follow_crds() {
     let err = k.fails(&["create", "-f", &k.write("bad.json", &bad.to_string())]);
     assert!(err.contains("metadata.name: Invalid value: \"wrong\": must be `spec.version+\".\"+spec.group`"), "{err}");
 }
+
+// ---- ComponentStatuses and ephemeral containers ---------------------------------------------
+
+#[tokio::test]
+async fn component_statuses_are_healthy_and_read_only() {
+    let (dc, k) = cluster_with(vec![]).await;
+    let (out, _) = k.ok2(&["get", "componentstatuses"]);
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[0], ["NAME", "STATUS", "MESSAGE", "ERROR"]);
+    let mut names: Vec<(&str, &str, &str)> = rows[1..].iter().map(|r| (r[0], r[1], r[2])).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [("controller-manager", "Healthy", "ok"), ("etcd-0", "Healthy", "ok"), ("scheduler", "Healthy", "ok")]
+    );
+    let cs: Api<k8s_openapi::api::core::v1::ComponentStatus> = Api::all(dc.client());
+    let etcd = cs.get("etcd-0").await.unwrap();
+    let c = &etcd.conditions.unwrap()[0];
+    assert_eq!((c.type_.as_str(), c.status.as_str(), c.message.as_deref()), ("Healthy", "True", Some("ok")));
+    let err = k.fails(&["delete", "cs", "scheduler"]);
+    assert!(err.contains("MethodNotAllowed") || err.contains("does not allow this method"), "{err}");
+    let res = k.ok(&["api-resources", "--api-group=", "--no-headers"]);
+    let line = res.lines().find(|l| l.starts_with("componentstatuses")).unwrap_or_default().to_string();
+    assert!(line.contains(" cs ") && line.contains("ComponentStatus"), "{res}");
+    assert_eq!(k.ok(&["auth", "can-i", "list", "componentstatuses"]).trim(), "yes");
+}
+
+#[tokio::test]
+async fn kubectl_debug_adds_a_running_ephemeral_container() {
+    let (dc, k) = cluster_with(vec![]).await;
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    k.ok(&["run", "web", "--image=nginx:1.27"]);
+    wait_for(&pods, "web", "running", |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).await;
+    let out = k.ok(&["debug", "web", "--image=busybox", "--container=debugger"]);
+    assert!(out.is_empty() || out.contains("debugger"), "{out}");
+    let p = wait_for(&pods, "web", "the debugger running", |p| {
+        p.status.as_ref().and_then(|s| s.ephemeral_container_statuses.as_ref()).is_some_and(|cs| {
+            cs.iter().any(|c| c.name == "debugger" && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
+    })
+    .await;
+    let ec = &p.spec.as_ref().unwrap().ephemeral_containers.as_ref().unwrap()[0];
+    assert_eq!((ec.name.as_str(), ec.image.as_deref()), ("debugger", Some("busybox")));
+    assert_eq!(ec.termination_message_policy.as_deref(), Some("File"), "defaulted as a container");
+
+    // GET on the subresource answers the pod; a change to an existing one is refused; a main
+    // update cannot touch them.
+    let got: Value =
+        serde_json::from_str(&k.ok(&["get", "--raw", "/api/v1/namespaces/default/pods/web/ephemeralcontainers"]))
+            .unwrap();
+    assert_eq!(got["kind"], "Pod");
+    let change = json!({"spec": {"ephemeralContainers": [{"name": "debugger", "image": "busybox:2"}]}});
+    let r =
+        pods.patch_subresource("ephemeralcontainers", "web", &PatchParams::default(), &Patch::Strategic(change)).await;
+    match r {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422);
+            assert!(
+                s.message.contains("existing ephemeral containers \"debugger\" may not be changed"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("changing an ephemeral container: {other:?}"),
+    }
+    let ports = json!({"spec": {"ephemeralContainers": [{"name": "probe", "image": "busybox", "ports": [{"containerPort": 80}]}]}});
+    let r =
+        pods.patch_subresource("ephemeralcontainers", "web", &PatchParams::default(), &Patch::Strategic(ports)).await;
+    assert!(
+        matches!(r, Err(kube::Error::Api(ref s)) if s.message.contains("cannot be set for an Ephemeral Container")),
+        "{r:?}"
+    );
+    let res = k.ok(&["api-resources", "--api-group=", "-o", "name"]);
+    assert!(res.lines().any(|l| l == "pods"), "{res}");
+    let disc: Value = serde_json::from_str(&k.ok(&["get", "--raw", "/api/v1"])).unwrap();
+    let names: Vec<&str> = disc["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    assert!(names.contains(&"pods/ephemeralcontainers"), "{names:?}");
+}

@@ -137,6 +137,7 @@ fn printer(group: &str, kind: &str) -> Option<Printer> {
         ("apps", "Deployment") => p(DEPLOYMENT, deployment_cells),
         ("apps", "ReplicaSet") => p(REPLICA_SET, replica_set_cells),
         ("", "ReplicationController") => p(REPLICATION_CONTROLLER, replication_controller_cells),
+        ("", "ComponentStatus") => p(COMPONENT_STATUS, component_status_cells),
         ("apps", "StatefulSet") => p(STATEFUL_SET, stateful_set_cells),
         ("apps", "DaemonSet") => p(DAEMON_SET, daemon_set_cells),
         ("apps", "ControllerRevision") => p(CONTROLLER_REVISION, controller_revision_cells),
@@ -389,6 +390,13 @@ const DEPLOYMENT: &[Column] = &[
         "string",
         "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
     ),
+];
+
+const COMPONENT_STATUS: &[Column] = &[
+    NAME,
+    col("Status", "string", "Status of the component conditions"),
+    col("Message", "string", "Message of the component conditions"),
+    col("Error", "string", "Error of the component conditions"),
 ];
 
 const REPLICATION_CONTROLLER: &[Column] = &[
@@ -1465,6 +1473,18 @@ fn replica_set_cells(obj: &Value, now: i64) -> Vec<Value> {
         images.into(),
         format_label_selector(at(obj, &["spec", "selector"])).into(),
     ]
+}
+
+/// `printComponentStatus`: the Healthy condition's status, message and error.
+fn component_status_cells(obj: &Value, _now: i64) -> Vec<Value> {
+    let healthy = arr(obj, &["conditions"]).iter().find(|c| s(c, &["type"]) == "Healthy");
+    let (status, message, error) = match healthy {
+        None => ("Unknown", "", ""),
+        Some(c) => {
+            (if s(c, &["status"]) == "True" { "Healthy" } else { "Unhealthy" }, s(c, &["message"]), s(c, &["error"]))
+        }
+    };
+    vec![name(obj).into(), status.into(), message.into(), error.into()]
 }
 
 /// `printReplicationController`: a ReplicaSet's row, the selector a plain label map.

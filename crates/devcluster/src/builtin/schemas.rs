@@ -44,6 +44,7 @@ pub fn generate() -> (Arc<Defs>, HashMap<(String, String), String>) {
         "" "PersistentVolumeClaim" => core::v1::PersistentVolumeClaim,
         "" "PersistentVolume" => core::v1::PersistentVolume,
         "" "ReplicationController" => core::v1::ReplicationController,
+        "" "ComponentStatus" => core::v1::ComponentStatus,
         "apps" "Deployment" => apps::v1::Deployment,
         "apps" "ReplicaSet" => apps::v1::ReplicaSet,
         "apps" "StatefulSet" => apps::v1::StatefulSet,

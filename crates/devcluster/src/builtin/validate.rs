@@ -488,11 +488,81 @@ fn resources(r: &Value, p: &Path, errs: &mut Errs) {
 }
 
 /// `ValidatePodUpdate`: only some spec fields may change.
+/// `ValidatePodEphemeralContainersUpdate` and `validateEphemeralContainers`: existing ephemeral
+/// containers stay as they are, new ones have unique names and none of the fields an ephemeral
+/// container may not have.
+fn ephemeral_containers_update(new: &Value, old: &Value, errs: &mut Errs) {
+    let p = Path::new("spec").child("ephemeralContainers");
+    let list =
+        |v: &Value| v.pointer("/spec/ephemeralContainers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let (new_list, old_list) = (list(new), list(old));
+    let name_of = |c: &Value| c.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    for o in &old_list {
+        match new_list.iter().position(|c| name_of(c) == name_of(o)) {
+            None => errs.push(FieldError::forbidden(
+                p.clone(),
+                format!("existing ephemeral containers {:?} may not be removed", name_of(o)),
+            )),
+            Some(i) if new_list[i] != *o => errs.push(FieldError::forbidden(
+                p.index(i),
+                format!("existing ephemeral containers {:?} may not be changed", name_of(o)),
+            )),
+            Some(_) => {}
+        }
+    }
+    let mut names: std::collections::BTreeSet<String> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|k| arr(new.get("spec").unwrap_or(&Value::Null), k).iter().map(name_of).collect::<Vec<_>>())
+        .collect();
+    for (i, c) in new_list.iter().enumerate() {
+        if old_list.iter().any(|o| name_of(o) == name_of(c)) {
+            names.insert(name_of(c));
+            continue;
+        }
+        let cp = p.index(i);
+        if name_of(c).is_empty() {
+            errs.push(FieldError::required(cp.child("name"), ""));
+        } else if !names.insert(name_of(c)) {
+            errs.push(FieldError::duplicate(cp.child("name"), name_of(c)));
+        }
+        if s(c, "image").is_empty() {
+            errs.push(FieldError::required(cp.child("image"), ""));
+        }
+        for f in [
+            "ports",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "lifecycle",
+            "resources",
+            "resizePolicy",
+            "restartPolicy",
+        ] {
+            let set = match c.get(f) {
+                None | Some(Value::Null) => false,
+                Some(Value::Object(m)) => !m.is_empty(),
+                Some(Value::Array(a)) => !a.is_empty(),
+                Some(_) => true,
+            };
+            if set {
+                errs.push(FieldError::forbidden(cp.child(f), "cannot be set for an Ephemeral Container"));
+            }
+        }
+    }
+}
+
 fn pod_update(new: &Value, old: &Value, errs: &mut Errs) {
+    ephemeral_containers_update(new, old, errs);
     let strip = |v: &Value| -> Value {
         let mut spec = v.get("spec").cloned().unwrap_or(Value::Null);
         if let Some(o) = spec.as_object_mut() {
-            for k in ["activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"] {
+            for k in [
+                "activeDeadlineSeconds",
+                "tolerations",
+                "terminationGracePeriodSeconds",
+                "schedulingGates",
+                "ephemeralContainers",
+            ] {
                 o.remove(k);
             }
             for key in ["containers", "initContainers"] {

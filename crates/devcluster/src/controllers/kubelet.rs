@@ -414,6 +414,7 @@ impl Controller for Kubelet {
         }
         let mut computed = compute_status(cl, &pod, &node);
         run_to_completion(cl, &pod, &mut computed);
+        ephemeral_container_statuses(&pod, &mut computed);
         super::write_status(cl, &pdef, &pod, computed.status, MANAGER);
         computed.requeue
     }
@@ -438,6 +439,35 @@ fn reconcile_runtime_pod(cl: &Cluster, pod: &Value) -> Option<Duration> {
         let _ = ops::delete(cl, &pdef, meta::namespace(pod), meta::name(pod), &opts);
     }
     None
+}
+
+// ---- ephemeral containers (kubectl debug) --------------------------------------------------
+
+/// A simulated ephemeral container runs from when it was added (`pods/ephemeralcontainers`),
+/// as the kubelet reports it in `status.ephemeralContainerStatuses`; it is never restarted.
+fn ephemeral_container_statuses(pod: &Value, computed: &mut Computed) {
+    let Some(list) = pod.pointer("/spec/ephemeralContainers").and_then(Value::as_array) else { return };
+    let now = meta::now();
+    let uid = meta::uid(pod);
+    let old: Vec<Value> =
+        pod.pointer("/status/ephemeralContainerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
+    let statuses: Vec<Value> = list
+        .iter()
+        .map(|c| {
+            let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+            let (img, image_id) = image_and_id(c.get("image").and_then(Value::as_str).unwrap_or(""));
+            let since = old
+                .iter()
+                .find(|o| o.get("name").and_then(Value::as_str) == Some(name))
+                .and_then(|o| o.pointer("/state/running/startedAt").cloned())
+                .unwrap_or_else(|| now.clone().into());
+            json!({"name": name, "state": {"running": {"startedAt": since}}, "lastState": {}, "ready": false,
+                "restartCount": 0, "image": img, "imageID": image_id, "containerID": container_id(uid, name, 0)})
+        })
+        .collect();
+    if let Some(s) = computed.status.as_object_mut() {
+        s.insert("ephemeralContainerStatuses".into(), Value::Array(statuses));
+    }
 }
 
 // ---- run-to-completion containers (Jobs' pods) -------------------------------------------

@@ -8,6 +8,7 @@
 //! admission, validation and watches see controller writes exactly like client writes.
 
 pub mod apiservice;
+pub mod componentstatus;
 pub mod conditions;
 pub mod crds;
 pub mod daemonset;
@@ -71,6 +72,7 @@ pub fn all() -> Vec<Box<dyn Controller>> {
         Box::new(namespace::NamespaceController),
         Box::new(crds::CrdCleanup),
         Box::new(apiservice::ApiServiceRegistration),
+        Box::new(componentstatus::ComponentStatuses),
         Box::new(gc::GarbageCollector),
         Box::new(deployment::DeploymentController),
         Box::new(replicaset::ReplicaSetController),
