@@ -491,6 +491,25 @@ async fn deletion_sends_sigterm_then_sigkill_after_the_grace_period() {
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     assert!(processes_with(&format!("{marker}\0--polite")).is_empty());
 
+    // A preStop hook runs (with the container's files and translated paths) before SIGTERM.
+    let out = tempfile::tempdir().unwrap();
+    let hooked = container(json!({
+        "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+        "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "sleep 1; echo hooked > /out/prestop"]}}},
+    }));
+    create_pod(
+        &pods,
+        "hooked",
+        json!({"terminationGracePeriodSeconds": 10, "containers": [hooked],
+        "volumes": [{"name": "out", "hostPath": {"path": out.path().to_str().unwrap()}}]}),
+    )
+    .await;
+    wait_ready(&pods, "hooked").await;
+    let started = Instant::now();
+    k.ok(&["delete", "pod", "hooked", "--wait=true"]);
+    assert!(started.elapsed() >= Duration::from_secs(1), "{:?}", started.elapsed());
+    assert_eq!(std::fs::read_to_string(out.path().join("prestop")).unwrap(), "hooked\n");
+
     // A pod deleted at once and made again under its name (as a StatefulSet replaces one) runs.
     create_pod(&pods, "again", json!({"containers": [container(json!({}))]})).await;
     let first = wait_ready(&pods, "again").await;

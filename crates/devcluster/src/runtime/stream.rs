@@ -57,7 +57,7 @@ fn probe_port(container: &Value, port: Option<&Value>) -> Option<u16> {
 }
 
 /// Run one probe: Ok(true) success, Ok(false) failure.
-async fn probe_once(run: &PodRun, container: &Value, launch: &Launch, p: &Value) -> bool {
+pub(crate) async fn probe_once(run: &PodRun, container: &Value, launch: &Launch, p: &Value) -> bool {
     let timeout = Duration::from_secs(int(p, "timeoutSeconds", 1).max(1) as u64);
     if let Some(h) = p.get("httpGet") {
         let host = h.get("host").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);

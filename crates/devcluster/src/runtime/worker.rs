@@ -489,7 +489,13 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
                             killed_by_probe = true;
                             event(&cl, &run, "Normal", "Killing", &format!("Container {name} failed {probe} probe, will be restarted"));
                             let grace = pod.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
-                            tokio::spawn(terminate(pid, Duration::from_secs(grace.max(0) as u64)));
+                            tokio::spawn(stop_container(
+                                run.clone(),
+                                spec.clone(),
+                                launch.clone(),
+                                pid,
+                                Duration::from_secs(grace.max(0) as u64),
+                            ));
                         }
                         changed = stop_rx.changed() => {
                             let grace = match (changed, run.stopping()) {
@@ -497,7 +503,7 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
                                 _ => Duration::ZERO,
                             };
                             event(&cl, &run, "Normal", "Killing", &format!("Stopping container {name}"));
-                            tokio::spawn(terminate(pid, grace));
+                            tokio::spawn(stop_container(run.clone(), spec.clone(), launch.clone(), pid, grace));
                             // Keep waiting for the exit; a forced delete (grace 0) kills at once.
                             let code = loop {
                                 tokio::select! {
@@ -574,6 +580,29 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
         }
     }
     ok
+}
+
+/// Stop a container as the kubelet's `killContainer` does: its `preStop` hook (exec, httpGet or
+/// sleep) within the grace period, then SIGTERM, then SIGKILL once the grace period is over (at
+/// least 2 more seconds after a hook that used it all up).
+async fn stop_container(run: Arc<PodRun>, spec: Value, launch: Launch, pgid: i32, grace: Duration) {
+    let Some(hook) = spec.pointer("/lifecycle/preStop").filter(|_| !grace.is_zero()) else {
+        return terminate(pgid, grace).await;
+    };
+    let started = tokio::time::Instant::now();
+    let run_hook = async {
+        if let Some(secs) = hook.pointer("/sleep/seconds").and_then(Value::as_i64) {
+            tokio::time::sleep(Duration::from_secs(secs.max(0) as u64)).await;
+        } else {
+            let mut probe = hook.clone();
+            if let Some(m) = probe.as_object_mut() {
+                m.insert("timeoutSeconds".into(), grace.as_secs().max(1).into());
+            }
+            super::stream::probe_once(&run, &spec, &launch, &probe).await;
+        }
+    };
+    let _ = tokio::time::timeout(grace, run_hook).await;
+    terminate(pgid, grace.saturating_sub(started.elapsed()).max(Duration::from_secs(2))).await;
 }
 
 /// SIGTERM a process group, SIGKILL it after `grace` if it is still there.
