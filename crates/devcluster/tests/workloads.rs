@@ -1030,3 +1030,34 @@ async fn kubectl_debug_adds_a_running_ephemeral_container() {
     let names: Vec<&str> = disc["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
     assert!(names.contains(&"pods/ephemeralcontainers"), "{names:?}");
 }
+
+// ---- The new kinds in OpenAPI and RBAC ------------------------------------------------------
+
+#[tokio::test]
+async fn the_new_kinds_are_explained_and_authorized_by_name() {
+    let (_dc, k) = cluster_with(vec![]).await;
+    for (path, field) in [
+        ("replicationcontroller.spec.selector", "FIELD: selector"),
+        ("apiservice.spec.groupPriorityMinimum", "FIELD: groupPriorityMinimum"),
+        ("csr.spec.signerName", "FIELD: signerName"),
+        ("componentstatus.conditions", "FIELD: conditions"),
+        ("pod.spec.ephemeralContainers", "FIELD: ephemeralContainers"),
+    ] {
+        let out = k.ok(&["explain", path]);
+        assert!(out.contains(field), "kubectl explain {path}:\n{out}");
+    }
+    k.ok(&["create", "serviceaccount", "ops"]);
+    k.ok(&[
+        "create",
+        "role",
+        "rc-reader",
+        "--verb=get,list",
+        "--resource=replicationcontrollers,jobs.batch,cronjobs.batch",
+    ]);
+    k.ok(&["create", "rolebinding", "ops", "--role=rc-reader", "--serviceaccount=default:ops"]);
+    let me = "--as=system:serviceaccount:default:ops";
+    assert_eq!(k.ok(&["auth", "can-i", "list", "rc", me]).trim(), "yes");
+    assert_eq!(k.ok(&["auth", "can-i", "get", "cronjobs", me]).trim(), "yes");
+    assert_eq!(k.exit_1(&["auth", "can-i", "list", "daemonsets", me]).trim(), "no");
+    assert_eq!(k.exit_1(&["auth", "can-i", "update", "certificatesigningrequests/approval", me]).trim(), "no");
+}
