@@ -810,3 +810,23 @@ async fn secret_projected_and_sub_path_volumes_are_files_with_their_modes() {
     let logs = k.ok(&["logs", "vols"]);
     assert!(logs.contains("/volumes/cfg/greeting: hello"), "{logs}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_image_restarts_the_container() {
+    let (dc, k) = cluster().await;
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    create_pod(&pods, "web", json!({"containers": [container(json!({}))]})).await;
+    wait_ready(&pods, "web").await;
+    k.ok(&["set", "image", "pod/web", "app=example.com/testpod:v2"]);
+    let p = until("the restart with the new image", || async {
+        pod_json(&pods, "web").await.filter(|p| {
+            p["status"]["containerStatuses"][0]["image"] == "example.com/testpod:v2"
+                && p["status"]["containerStatuses"][0]["restartCount"] == 1
+                && ready(p)
+        })
+    })
+    .await;
+    assert!(p["status"]["containerStatuses"][0]["lastState"]["terminated"].is_object(), "{p}");
+    let events = k.ok(&["get", "events", "--field-selector", "reason=Killing", "-o", "jsonpath={.items[*].message}"]);
+    assert!(events.contains("Container app definition changed, will be restarted"), "{events}");
+}

@@ -338,11 +338,11 @@ fn go_duration(d: Duration) -> String {
 
 /// Run one container under the restart policy until it ends for good (or the pod stops).
 /// Returns whether it ended well (exit 0; for init containers: may the pod go on).
-async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, policy: String) -> bool {
+async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, mut spec: Value, init: bool, policy: String) -> bool {
     let name = spec.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-    let image = spec.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+    let mut image = spec.get("image").and_then(Value::as_str).unwrap_or("").to_string();
     let mut stop_rx = run.stop.subscribe();
-    let Some(exe) = cl.runtime.executable(&image) else {
+    let Some(mut exe) = cl.runtime.executable(&image) else {
         // An unmapped container in a runtime pod is simulated: it runs (or, for an init
         // container, completes) at once.
         let cid = format!("containerd://{}", hex(&format!("{}/{name}/0", run.uid)));
@@ -422,6 +422,7 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
         let started_at = now();
         let spawned = process::spawn(&launch.argv, &launch.env, &launch.cwd, false).await;
         let has_startup = spec.get("startupProbe").is_some();
+        let mut respec = false;
         let (code, reason, message) = match spawned {
             Err(e) => {
                 let msg = format!(
@@ -483,6 +484,19 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
                 let code = loop {
                     tokio::select! {
                         c = &mut exit => break c.unwrap_or(137),
+                        // A changed image restarts the container (the kubelet compares the
+                        // container's spec hash: "definition changed").
+                        _ = tokio::time::sleep(Duration::from_millis(500)), if !init && !respec && !killed_by_probe => {
+                            if let Some(p) = current(&cl, &run)
+                                && let Some(new) = container_spec(&p, &name)
+                                && new.get("image") != spec.get("image")
+                            {
+                                respec = true;
+                                event(&cl, &run, "Normal", "Killing", &format!("Container {name} definition changed, will be restarted"));
+                                let grace = p.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
+                                tokio::spawn(stop_container(run.clone(), spec.clone(), launch.clone(), pid, Duration::from_secs(grace.max(0) as u64)));
+                            }
+                        }
                         Some(probe) = kill_rx.recv(), if !killed_by_probe => {
                             // A failed liveness or startup probe: the container is killed with
                             // the pod's grace period and restarted under the policy.
@@ -536,11 +550,12 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
         if let Some(m) = message {
             terminated["message"] = m.into();
         }
-        let restart = match policy.as_str() {
-            "Never" => false,
-            "OnFailure" => code != 0,
-            _ => !init || code != 0,
-        };
+        let restart = respec
+            || match policy.as_str() {
+                "Never" => false,
+                "OnFailure" => code != 0,
+                _ => !init || code != 0,
+            };
         if run.stopping().is_some() || !restart {
             ok = code == 0;
             run.with_container(&name, init, |c| {
@@ -552,7 +567,19 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
             break;
         }
         restarts += 1;
-        let wait = backoff(cl.runtime.backoff_base, restarts);
+        let wait = if respec { Duration::ZERO } else { backoff(cl.runtime.backoff_base, restarts) };
+        if respec
+            && let Some(p) = current(&cl, &run)
+            && let Some(new) = container_spec(&p, &name)
+        {
+            image = new.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+            if let Some(e) = cl.runtime.executable(&image) {
+                exe = e;
+            }
+            spec = new;
+            let img = image.clone();
+            run.with_container(&name, init, |c| c.image = img);
+        }
         run.with_container(&name, init, |c| {
             c.last_state = json!({"terminated": terminated});
             c.ready = false;
@@ -580,6 +607,15 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, spec: Value, init: bool, 
         }
     }
     ok
+}
+
+/// A regular container's spec in the pod.
+fn container_spec(pod: &Value, name: &str) -> Option<Value> {
+    pod.pointer("/spec/containers")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("name").and_then(Value::as_str) == Some(name))
+        .cloned()
 }
 
 /// Stop a container as the kubelet's `killContainer` does: its `preStop` hook (exec, httpGet or
