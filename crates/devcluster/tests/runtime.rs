@@ -226,6 +226,7 @@ async fn a_deployment_runs_the_program_with_env_volumes_and_its_own_address_behi
         assert_eq!(env.get(k_).map(String::as_str), Some(v), "{k_} in {env:?}");
     }
     assert!(!env.contains_key("MISSING"));
+    assert!(env["HOME"].contains(&format!("default_{name}_")), "{}", env["HOME"]);
     // A wildcard listen address binds the pod's own address (no network namespace here).
     assert_eq!(env["LISTEN"], format!("{ip}:9090"));
     assert_eq!(env.get("KUBERNETES_SERVICE_PORT"), Some(&dc.addr().port().to_string()));
@@ -829,4 +830,35 @@ async fn a_changed_image_restarts_the_container() {
     assert!(p["status"]["containerStatuses"][0]["lastState"]["terminated"].is_object(), "{p}");
     let events = k.ok(&["get", "events", "--field-selector", "reason=Killing", "-o", "jsonpath={.items[*].message}"]);
     assert!(events.contains("Container app definition changed, will be restarted"), "{events}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_cluster_runs_its_stored_pods_again() {
+    let data = tempfile::tempdir().unwrap();
+    let options = || Options {
+        data_dir: Some(data.path().to_path_buf()),
+        run: vec![RunRule::new("example.com/testpod*", testpod())],
+        ..Default::default()
+    };
+    let marker = format!("--restart-check-{}", std::process::id());
+    let dc = DevCluster::start_with(options()).await.unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    create_pod(&pods, "p", json!({"containers": [container(json!({"args": [marker.clone()]}))]})).await;
+    let old_ip = wait_ready(&pods, "p").await["status"]["podIP"].clone();
+    let before = processes_with(&marker);
+    assert_eq!(before.len(), 1);
+    tokio::task::spawn_blocking(move || drop(dc)).await.unwrap();
+    assert!(!pid_alive(before[0]));
+
+    let dc = DevCluster::start_with(options()).await.unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    let p = until("the stored pod running again", || async {
+        // Its status is written again (a new address) once it runs again.
+        pod_json(&pods, "p").await.filter(|p| ready(p) && p["status"]["podIP"] != old_ip)
+    })
+    .await;
+    let ip = p["status"]["podIP"].as_str().unwrap();
+    let (code, _) = http(&format!("{ip}:8080"), "/healthz").unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(processes_with(&marker).len(), 1);
 }

@@ -229,6 +229,13 @@ impl Runtime {
         let r = self.base.get_or_init(|| match &self.data_dir {
             Some(d) => {
                 let p = d.join("pods");
+                // No process outlives devcluster: the pods' directories of an earlier run are
+                // stale (their pods start afresh); claims' directories are kept.
+                for entry in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                    if entry.file_name() != "..claims" {
+                        let _ = std::fs::remove_dir_all(entry.path());
+                    }
+                }
                 std::fs::create_dir_all(&p).map(|_| (p.clone(), None)).map_err(|e| format!("{}: {e}", p.display()))
             }
             None => tempfile::Builder::new()

@@ -515,6 +515,9 @@ pub fn launch(
     if !env.iter().any(|(k, _)| k == "HOSTNAME") {
         env.push(("HOSTNAME".into(), crate::meta::name(pod).to_string()));
     }
+    if !env.iter().any(|(k, _)| k == "HOME") {
+        env.push(("HOME".into(), pod_dir.to_string_lossy().into_owned()));
+    }
     if !env.iter().any(|(k, _)| k == "PATH") {
         env.push(("PATH".into(), std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())));
     }
