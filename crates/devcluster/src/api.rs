@@ -297,6 +297,39 @@ async fn resource(
         return Ok(status_body_response(&body));
     }
     let def = cl.registry.get(&rp.group, &rp.version, &rp.resource).ok_or_else(ApiError::not_found_path)?;
+    // plugin/pkg/admission/certificates/approval: approving or denying a request needs `approve`
+    // on its signer (`signers`, named by signerName or `<domain>/*`).
+    if def.group == "certificates.k8s.io"
+        && def.plural == "certificatesigningrequests"
+        && rp.subresource.as_deref() == Some("approval")
+        && matches!(method, Method::PUT | Method::PATCH)
+        && let Some(name) = rp.name.as_deref()
+        && let Some(cur) = cl.store.get(&def.storage, "", name)
+    {
+        let signer = cur.pointer("/spec/signerName").and_then(Value::as_str).unwrap_or("").to_string();
+        let domain = signer.split('/').next().unwrap_or("").to_string();
+        let may = |n: String| {
+            let a = Attributes {
+                verb: "approve".into(),
+                api_group: "certificates.k8s.io".into(),
+                api_version: "*".into(),
+                resource: "signers".into(),
+                subresource: String::new(),
+                namespace: String::new(),
+                name: n,
+                ..attrs.clone()
+            };
+            crate::auth::authorize(&cl, &a).is_ok()
+        };
+        if !may(signer.clone()) && !may(format!("{domain}/*")) {
+            return Err(ApiError::forbidden(
+                &def.group,
+                &def.plural,
+                name,
+                &format!("user not permitted to approve requests with signerName {signer:?}"),
+            ));
+        }
+    }
     // Read-only resources (ComponentStatus) answer reads only.
     if !def.review && !def.verbs.contains(&"create") && method != Method::GET {
         return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));

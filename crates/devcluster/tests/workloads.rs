@@ -1061,3 +1061,39 @@ async fn the_new_kinds_are_explained_and_authorized_by_name() {
     assert_eq!(k.exit_1(&["auth", "can-i", "list", "daemonsets", me]).trim(), "no");
     assert_eq!(k.exit_1(&["auth", "can-i", "update", "certificatesigningrequests/approval", me]).trim(), "no");
 }
+
+#[tokio::test]
+async fn approving_needs_approve_on_the_signer() {
+    let (_dc, k) = cluster_with(vec![]).await;
+    let (req, _) = csr_pem("carol", "dev");
+    k.ok(&["create", "-f", &k.write("c.json", &csr_manifest("carol", &req, &["client auth"]))]);
+    k.ok(&["create", "serviceaccount", "approver"]);
+    k.ok(&[
+        "create",
+        "clusterrole",
+        "csr-approver",
+        "--verb=get,list,update",
+        "--resource=certificatesigningrequests,certificatesigningrequests/approval",
+    ]);
+    k.ok(&[
+        "create",
+        "clusterrolebinding",
+        "approver",
+        "--clusterrole=csr-approver",
+        "--serviceaccount=default:approver",
+    ]);
+    let me = "--as=system:serviceaccount:default:approver";
+    let err = k.fails(&["certificate", "approve", "carol", me]);
+    assert!(
+        err.contains("certificatesigningrequests.certificates.k8s.io \"carol\" is forbidden: user not permitted to approve requests with signerName \"kubernetes.io/kube-apiserver-client\""),
+        "{err}"
+    );
+    // As the Kubernetes docs write it (signers is not a served resource, so not by kubectl create).
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "signer"},
+        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"],
+            "resourceNames": ["kubernetes.io/*"]}]});
+    k.ok(&["create", "-f", &k.write("signer.json", &role.to_string())]);
+    k.ok(&["create", "clusterrolebinding", "signer", "--clusterrole=signer", "--serviceaccount=default:approver"]);
+    let out = k.ok(&["certificate", "approve", "carol", me]);
+    assert_eq!(out.trim(), "certificatesigningrequest.certificates.k8s.io/carol approved");
+}
