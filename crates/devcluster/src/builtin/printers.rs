@@ -2080,6 +2080,76 @@ mod tests {
     }
 
     #[test]
+    fn csr_apiservice_componentstatus_and_replication_controller_rows() {
+        let csr = |conds: Value, cert: &str, exp: Value| {
+            json!({"metadata": {"name": "c", "creationTimestamp": ago(60)},
+                "spec": {"signerName": "kubernetes.io/kube-apiserver-client", "username": "jane", "expirationSeconds": exp},
+                "status": {"conditions": conds, "certificate": cert}})
+        };
+        let g = "certificates.k8s.io";
+        let k = "CertificateSigningRequest";
+        assert_eq!(
+            row(g, k, csr(json!([]), "", json!(86400))),
+            vec![
+                json!("c"),
+                json!("60s"),
+                json!("kubernetes.io/kube-apiserver-client"),
+                json!("jane"),
+                json!("24h"),
+                json!("Pending")
+            ]
+        );
+        let approved = json!([{"type": "Approved", "status": "True"}]);
+        assert_eq!(row(g, k, csr(approved.clone(), "Y2VydA==", Value::Null))[5], "Approved,Issued");
+        assert_eq!(row(g, k, csr(approved, "", Value::Null))[4], "<none>");
+        let both = json!([{"type": "Denied", "status": "True"}, {"type": "Failed", "status": "True"}]);
+        assert_eq!(row(g, k, csr(both, "", Value::Null))[5], "Denied,Failed");
+        assert_eq!(
+            headers(g, k).iter().map(|h| h.0).collect::<Vec<_>>(),
+            ["Name", "Age", "SignerName", "Requestor", "RequestedDuration", "Condition"]
+        );
+
+        let api = |service: Value, cond: Value| json!({"metadata": {"name": "v1.x.io", "creationTimestamp": ago(5)}, "spec": {"service": service}, "status": {"conditions": cond}});
+        let local = row(
+            "apiregistration.k8s.io",
+            "APIService",
+            api(Value::Null, json!([{"type": "Available", "status": "True", "reason": "Local"}])),
+        );
+        assert_eq!(local, vec![json!("v1.x.io"), json!("Local"), json!("True"), json!("5s")]);
+        let remote = row(
+            "apiregistration.k8s.io",
+            "APIService",
+            api(
+                json!({"namespace": "kube-system", "name": "metrics"}),
+                json!([{"type": "Available", "status": "False", "reason": "MissingEndpoints"}]),
+            ),
+        );
+        assert_eq!((&remote[1], &remote[2]), (&json!("kube-system/metrics"), &json!("False (MissingEndpoints)")));
+
+        let cs = json!({"metadata": {"name": "etcd-0"}, "conditions": [{"type": "Healthy", "status": "True", "message": "ok"}]});
+        assert_eq!(row("", "ComponentStatus", cs), vec![json!("etcd-0"), json!("Healthy"), json!("ok"), json!("")]);
+        assert_eq!(row("", "ComponentStatus", json!({"metadata": {"name": "x"}}))[1], "Unknown");
+
+        let rc = json!({"metadata": {"name": "web", "creationTimestamp": ago(120)},
+            "spec": {"replicas": 3, "selector": {"app": "web", "tier": "fe"},
+                "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}},
+            "status": {"replicas": 3, "readyReplicas": 2}});
+        assert_eq!(
+            row("", "ReplicationController", rc),
+            vec![
+                json!("web"),
+                json!(3),
+                json!(3),
+                json!(2),
+                json!("2m"),
+                json!("nginx"),
+                json!("nginx:1.27"),
+                json!("app=web,tier=fe")
+            ]
+        );
+    }
+
+    #[test]
     fn kinds_without_a_printer_use_the_default_convertor() {
         for (g, k) in [
             ("rbac.authorization.k8s.io", "Role"),
