@@ -123,7 +123,8 @@ async fn serve(cl: Arc<Cluster>, req: Request<Incoming>) -> ApiResult<Response<B
         "/version" | "/version/" => return Ok(json_response(200, &crate::discovery::version(), Output::Json, &[])),
         _ => {}
     }
-    let requester = crate::auth::authenticate(&cl, header_str(&parts.headers, header::AUTHORIZATION))?;
+    let peer_cert = parts.extensions.get::<crate::server::PeerCertificate>().map(|c| c.0.as_slice());
+    let requester = crate::auth::authenticate(&cl, header_str(&parts.headers, header::AUTHORIZATION), peer_cert)?;
     let impersonation: Vec<(String, String)> = parts
         .headers
         .iter()

@@ -43,12 +43,14 @@ pub mod runtime;
 pub mod scale;
 pub mod schema;
 pub mod selector;
+pub mod spdy;
 pub mod server;
 pub mod store;
 pub mod table;
 pub mod tls;
 pub mod validation;
 pub mod watch;
+pub mod x509;
 
 pub use cluster::{Cluster, Options};
 

@@ -22,6 +22,35 @@ enum Cmd {
     /// Print a token for a service account (TokenRequest), to act as it:
     /// `kubectl --token "$(devcluster token team-a/robot)" get pods -n team-a`.
     Token(TokenArgs),
+    /// Print a kubeconfig that authenticates USER (CN) in the given groups (O) with a client
+    /// certificate, issued through the certificates API as a cluster admin issues one
+    /// (a CertificateSigningRequest for the `kubernetes.io/kube-apiserver-client` signer,
+    /// approved): `devcluster cert jane --group dev > jane.kubeconfig`.
+    Cert(CertArgs),
+}
+
+#[derive(clap::Args)]
+struct CertArgs {
+    /// The user name (the certificate's CN).
+    user: String,
+    /// Groups of the user (the certificate's O; repeatable).
+    #[arg(long = "group")]
+    groups: Vec<String>,
+    /// The kubeconfig of a running devcluster (an admin's: it approves the request).
+    #[arg(long, env = "KUBECONFIG", default_value = "devcluster.kubeconfig")]
+    kubeconfig: PathBuf,
+    /// How long the certificate is valid, in seconds (at least 600, as the API requires).
+    #[arg(long, default_value_t = 86_400)]
+    duration: i32,
+}
+
+/// How the kubeconfig `serve` writes authenticates its admin.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum KubeconfigAuth {
+    /// The admin bearer token.
+    Token,
+    /// A client certificate (CN admin, O system:masters) signed by the cluster CA.
+    Cert,
 }
 
 #[derive(clap::Args)]
@@ -41,6 +70,10 @@ struct TokenArgs {
 
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// How the written kubeconfig authenticates the admin: `token` (a bearer token) or `cert`
+    /// (a client certificate, as a kubeadm cluster's admin.conf).
+    #[arg(long, env = "DEVCLUSTER_KUBECONFIG_AUTH", value_enum, default_value = "token")]
+    kubeconfig_auth: KubeconfigAuth,
     /// Address to listen on (loopback by default; port 0 picks a free port).
     #[arg(long, env = "DEVCLUSTER_LISTEN", default_value = "127.0.0.1:6443")]
     listen: SocketAddr,
@@ -90,6 +123,7 @@ fn main() -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Serve(args) => serve(args),
         Cmd::Token(args) => token(args),
+        Cmd::Cert(args) => cert(args),
     }
 }
 
@@ -124,6 +158,79 @@ fn token(args: TokenArgs) -> anyhow::Result<()> {
     })
 }
 
+fn cert(args: CertArgs) -> anyhow::Result<()> {
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
+        CertificateSigningRequestStatus,
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    anyhow::ensure!(!args.user.is_empty(), "the user name (the certificate's CN) must not be empty");
+    anyhow::ensure!(args.duration >= 600, "--duration {}: must be at least 600 seconds", args.duration);
+    let path = args.kubeconfig.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+    let yaml = std::fs::read_to_string(&path).map_err(|e| {
+        anyhow::anyhow!("reading the kubeconfig {path}: {e} (start devcluster serve first, or pass --kubeconfig)")
+    })?;
+    let key = rcgen::KeyPair::generate()?;
+    let subject = devcluster::x509::name(&args.user, &args.groups);
+    let csr_pem = devcluster::x509::pem("CERTIFICATE REQUEST", &devcluster::x509::request(&subject, &key)?);
+    let suffix: String = devcluster::tls::random_token().chars().filter(char::is_ascii_lowercase).take(6).collect();
+    let slug: String =
+        args.user.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).take(40).collect();
+    let name = format!("devcluster-cert-{}-{suffix}", slug.trim_matches('-'));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let crt = rt.block_on(async {
+        let client = devcluster::client_for(&yaml).await?;
+        let csrs: kube::Api<CertificateSigningRequest> = kube::Api::all(client);
+        let csr = CertificateSigningRequest {
+            metadata: kube::api::ObjectMeta { name: Some(name.clone()), ..Default::default() },
+            spec: CertificateSigningRequestSpec {
+                request: k8s_openapi::ByteString(csr_pem.into_bytes()),
+                signer_name: "kubernetes.io/kube-apiserver-client".into(),
+                usages: Some(vec!["client auth".into()]),
+                expiration_seconds: Some(args.duration),
+                ..Default::default()
+            },
+            status: None,
+        };
+        csrs.create(&Default::default(), &csr)
+            .await
+            .map_err(|e| anyhow::anyhow!("creating CertificateSigningRequest {name}: {e}"))?;
+        let approval = serde_json::json!({"status": {"conditions": [CertificateSigningRequestCondition {
+            type_: "Approved".into(),
+            status: "True".into(),
+            reason: Some("DevclusterCert".into()),
+            message: Some("approved by devcluster cert".into()),
+            ..Default::default()
+        }]}});
+        csrs.patch_approval(&name, &Default::default(), &kube::api::Patch::Merge(&approval))
+            .await
+            .map_err(|e| anyhow::anyhow!("approving CertificateSigningRequest {name}: {e}"))?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let got =
+                csrs.get(&name).await.map_err(|e| anyhow::anyhow!("reading CertificateSigningRequest {name}: {e}"))?;
+            let status: Option<CertificateSigningRequestStatus> = got.status;
+            if let Some(c) = status.and_then(|s| s.certificate).filter(|c| !c.0.is_empty()) {
+                let _ = csrs.delete(&name, &Default::default()).await;
+                break anyhow::Ok(String::from_utf8(c.0)?);
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "CertificateSigningRequest {name} was approved but no certificate was issued within 30 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })?;
+    let field = |key: &str| {
+        yaml.lines().find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string())).filter(|v| !v.is_empty())
+    };
+    let server = field("server:").ok_or_else(|| anyhow::anyhow!("the kubeconfig {path} names no server"))?;
+    let ca = field("certificate-authority-data:")
+        .ok_or_else(|| anyhow::anyhow!("the kubeconfig {path} has no certificate-authority-data"))?;
+    print!("{}", devcluster::tls::kubeconfig_for_cert(&server, &ca, &args.user, &crt, &key.serialize_pem()));
+    Ok(())
+}
+
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -153,7 +260,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Err(_) => anyhow::bail!("devcluster stopped before it was ready"),
         };
         let url = format!("https://{addr}");
-        write_private(&kubeconfig_path, &cluster.creds.kubeconfig(&url))
+        let kubeconfig = match args.kubeconfig_auth {
+            KubeconfigAuth::Token => cluster.creds.kubeconfig(&url),
+            KubeconfigAuth::Cert => cluster.creds.kubeconfig_with_cert(&url)?,
+        };
+        write_private(&kubeconfig_path, &kubeconfig)
             .map_err(|e| anyhow::anyhow!("writing the kubeconfig to {}: {e}", kubeconfig_path.display()))?;
         let abs = std::fs::canonicalize(&kubeconfig_path).unwrap_or(kubeconfig_path.clone());
         tracing::info!(%url, kubeconfig = %abs.display(), "devcluster ready");

@@ -11,6 +11,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+/// The DER of the leaf certificate a client presented in the TLS handshake (a request
+/// extension).
+#[derive(Debug, Clone)]
+pub struct PeerCertificate(pub Arc<Vec<u8>>);
+
 /// Serve until `stop` turns true.
 pub async fn serve(
     cl: Arc<Cluster>,
@@ -36,7 +41,20 @@ pub async fn serve(
                             return;
                         }
                     };
-                    let svc = service_fn(move |req| crate::api::handle(cl.clone(), req));
+                    // The client certificate, if one was presented: the x509 authenticator
+                    // decides per request whether it names a user.
+                    let peer_cert = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| PeerCertificate(Arc::new(c.to_vec())));
+                    let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                        if let Some(cert) = &peer_cert {
+                            req.extensions_mut().insert(cert.clone());
+                        }
+                        crate::api::handle(cl.clone(), req)
+                    });
                     let builder = Builder::new(TokioExecutor::new());
                     if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {
                         tracing::debug!(%peer, error = %e, "connection ended");

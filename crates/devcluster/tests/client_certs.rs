@@ -279,3 +279,31 @@ fn serve_writes_a_certificate_kubeconfig_on_request() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("--kubeconfig-auth") && err.contains("token") && err.contains("cert"), "{err}");
 }
+
+#[test]
+fn devcluster_cert_issues_a_kubeconfig_through_the_certificates_api() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kc = dir.path().join("kubeconfig");
+    let _server = serve(&kc, &[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_devcluster"))
+        .args(["cert", "jane", "--group", "dev", "--group", "qa", "--kubeconfig"])
+        .arg(&kc)
+        .output()
+        .expect("cert runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let jane = write(dir.path(), "jane.kubeconfig", &String::from_utf8(out.stdout).expect("utf-8"));
+    let who =
+        ok(kubectl(&jane, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}"]));
+    assert_eq!(who, r#"jane ["dev","qa","system:authenticated"]"#);
+    // The request was approved, issued and then removed: nothing is left behind.
+    let left = ok(kubectl(&kc, &["get", "certificatesigningrequests", "-o", "name"]));
+    assert_eq!(left.trim(), "", "{left}");
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_devcluster"))
+        .args(["cert", "jane", "--duration", "60", "--kubeconfig"])
+        .arg(&kc)
+        .output()
+        .expect("cert runs");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--duration 60: must be at least 600 seconds"));
+}

@@ -626,6 +626,59 @@ fn logs(ops: &[&Proc]) -> String {
     ops.iter().map(|p| format!("--- log of {} ---\n{}", p.name, p.log_text())).collect::<Vec<_>>().join("\n")
 }
 
+/// Issue 11: the install tested the way a user installs. devcluster's process runtime runs the
+/// operator image as this crate's binary (`--run ghcr.io/eventide/varroa-operator*=...`), so
+/// `kubectl apply -f deploy/varroa/` starts two real operators in the cluster, as their
+/// ServiceAccount, with the manifest's args, env, probes and Lease; one leads and brings a
+/// Controller to Running; its logs are read with `kubectl logs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_runs_the_operator_in_the_cluster_and_a_controller_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dc = DevCluster::start_with(devcluster::Options {
+        nodes: 3,
+        run: vec![devcluster::runtime::RunRule::new(
+            "ghcr.io/eventide/varroa-operator*",
+            env!("CARGO_BIN_EXE_varroa-operator"),
+        )],
+        ..Default::default()
+    })
+    .await
+    .expect("devcluster starts");
+    let kubectl = Kubectl { kubeconfig: dc.kubeconfig_path(), cache: dir.path().join("kube-cache") };
+    let deploy_dir = repo("deploy/varroa").display().to_string();
+    blocking(|| {
+        kubectl.ok(&["apply", "-f", &deploy_dir]);
+        let mut make_ca = operator_command().arg("gateway-ca").stdout(Stdio::piped()).spawn().expect("gateway-ca runs");
+        let out = make_ca.stdout.take().expect("gateway-ca's stdout");
+        kubectl.apply_stdin(Stdio::from(out));
+        assert!(make_ca.wait().expect("gateway-ca ends").success(), "varroa-operator gateway-ca failed");
+        // Available: both pods run the binary and answer their readiness probe (/readyz).
+        kubectl.wait_available();
+    });
+    let pods: Api<Pod> = Api::namespaced(dc.client(), NS);
+    let listed =
+        pods.list(&ListParams::default().labels("app.kubernetes.io/name=varroa-operator")).await.expect("list pods");
+    let names: Vec<String> = listed.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    assert_eq!(names.len(), 2, "two replicas: {names:?}");
+    let leases: Api<Lease> = Api::namespaced(dc.client(), NS);
+    let lease = tokio::time::timeout(
+        WAIT,
+        await_condition(leases.clone(), LEASE, |l: Option<&Lease>| {
+            l.is_some_and(|l| names.iter().any(|n| holder(l).starts_with(&format!("{n}_"))))
+        }),
+    )
+    .await;
+    assert!(matches!(lease, Ok(Ok(Some(_)))), "no pod of the Deployment leads: {lease:?}");
+    blocking(|| {
+        kubectl.apply_text(WORLD);
+        kubectl.apply_text(&controller_yaml("ci"));
+    });
+    wait_running(&dc, "ci", &[]).await;
+    let logs: String =
+        names.iter().map(|n| blocking(|| kubectl.ok(&["logs", "-n", NS, n.as_str()])).0).collect::<Vec<_>>().join("\n");
+    assert!(logs.contains("successfully acquired lease"), "kubectl logs of the operator pods:\n{logs}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_installs_varroa_and_two_replicas_elect_a_leader_and_fail_over() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -666,6 +666,54 @@ async fn kubectl_apply_installs_vesper_and_two_replicas_elect_a_leader_and_fail_
     drop(leader);
 }
 
+/// Issue 11: the install tested the way a user installs. devcluster's process runtime runs the
+/// operator image as this crate's binary (`--run ghcr.io/eventide/vesper-operator*=...`), so
+/// `kubectl apply -f deploy/vesper/` starts two real operators in the cluster, as their
+/// ServiceAccount, with the manifest's args, env, probes and Lease; one leads and a preview goes
+/// Ready; its logs are read with `kubectl logs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_runs_the_operator_in_the_cluster_and_a_preview_goes_ready() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dc = DevCluster::start_with(devcluster::Options {
+        run: vec![devcluster::runtime::RunRule::new(
+            "ghcr.io/eventide/vesper-operator*",
+            env!("CARGO_BIN_EXE_vesper-operator"),
+        )],
+        ..devcluster_options()
+    })
+    .await
+    .expect("devcluster starts");
+    let kubectl = Kubectl { kubeconfig: dc.kubeconfig_path(), cache: dir.path().join("kube-cache") };
+    let deploy_dir = repo().join("deploy/vesper").display().to_string();
+    blocking(|| {
+        kubectl.ok(&["apply", "-f", &deploy_dir]);
+        // Available: both pods run the binary and answer their readiness probe (/readyz).
+        kubectl.wait_available(NS);
+    });
+    let leases: Api<Lease> = Api::namespaced(dc.client(), NS);
+    let pods: Api<Pod> = Api::namespaced(dc.client(), NS);
+    let listed =
+        pods.list(&ListParams::default().labels("app.kubernetes.io/name=vesper-operator")).await.expect("list pods");
+    let names: Vec<String> = listed.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    assert_eq!(names.len(), 2, "two replicas: {names:?}");
+    // One of the pods leads: the Lease names it (POD_NAME comes from the downward API).
+    let lease = tokio::time::timeout(
+        WAIT,
+        await_condition(leases.clone(), LEASE, |l: Option<&Lease>| {
+            l.is_some_and(|l| names.iter().any(|n| holder(l).starts_with(&format!("{n}_"))))
+        }),
+    )
+    .await;
+    assert!(matches!(lease, Ok(Ok(Some(_)))), "no pod of the Deployment leads: {lease:?}");
+    let example = repo().join("examples/vesper/shop-pr-42.yaml").display().to_string();
+    blocking(|| kubectl.ok(&["apply", "-f", &example]));
+    wait_ready(&dc, "shop-pr-42", &[]).await;
+    // What the operator said, as a user reads it.
+    let logs: String =
+        names.iter().map(|n| blocking(|| kubectl.ok(&["logs", "-n", NS, n.as_str()])).0).collect::<Vec<_>>().join("\n");
+    assert!(logs.contains("successfully acquired lease"), "kubectl logs of the operator pods:\n{logs}");
+}
+
 /// A ServiceAccount that may use the leader Lease and nothing else.
 const LEASE_ONLY: &str = r#"
 apiVersion: v1

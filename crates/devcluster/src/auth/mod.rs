@@ -97,9 +97,38 @@ fn verify_sa_token(cl: &Cluster, token: &str) -> Option<UserInfo> {
     Some(UserInfo { name: rbac::service_account_username(ns, name), uid: uid.to_string(), groups, extra })
 }
 
-/// Who a request is: Err(401) for a bearer token that does not verify.
-pub fn authenticate(cl: &Cluster, authorization: Option<&str>) -> ApiResult<UserInfo> {
-    let Some(auth) = authorization else { return Ok(anonymous()) };
+/// The user a client certificate names (CN the user, O the groups, plus
+/// `system:authenticated`), with the credential id the apiserver records
+/// (`X509SHA256=<hex>`).
+fn cert_user(id: crate::tls::ClientIdentity) -> UserInfo {
+    let mut groups = id.groups;
+    if !groups.iter().any(|g| g == rbac::ALL_AUTHENTICATED) {
+        groups.push(rbac::ALL_AUTHENTICATED.to_string());
+    }
+    let mut extra = std::collections::BTreeMap::new();
+    extra.insert(
+        "authentication.kubernetes.io/credential-id".to_string(),
+        vec![format!("X509SHA256={}", id.fingerprint)],
+    );
+    UserInfo { name: id.user, uid: String::new(), groups, extra }
+}
+
+/// Who a request is, as the apiserver's union of authenticators decides: a client certificate
+/// signed by the cluster CA first, then the bearer token; anonymous with neither. Err(401) when
+/// a credential was presented and none verified (an untrusted certificate with a good token
+/// authenticates by the token, as upstream).
+pub fn authenticate(cl: &Cluster, authorization: Option<&str>, client_cert: Option<&[u8]>) -> ApiResult<UserInfo> {
+    let cert_error = match client_cert.map(|der| cl.creds.verify_client_cert(der)) {
+        Some(Ok(id)) => return Ok(cert_user(id)),
+        Some(Err(e)) => {
+            tracing::debug!(error = %e, "client certificate not accepted");
+            true
+        }
+        None => false,
+    };
+    let Some(auth) = authorization else {
+        return if cert_error { Err(ApiError::unauthorized()) } else { Ok(anonymous()) };
+    };
     let token = auth
         .strip_prefix("Bearer ")
         .or_else(|| auth.strip_prefix("bearer "))
@@ -277,9 +306,8 @@ fn token_review_status(cl: &Cluster, spec: &Value) -> Value {
         .unwrap_or_default();
     let server = vec![ISSUER.to_string()];
     let target = if requested.is_empty() { server.clone() } else { requested };
-    let authenticated = |u: &UserInfo, auds: Vec<String>| {
-        json!({"authenticated": true, "user": user_json(u), "audiences": auds})
-    };
+    let authenticated =
+        |u: &UserInfo, auds: Vec<String>| json!({"authenticated": true, "user": user_json(u), "audiences": auds});
     if !token.is_empty() && constant_time_eq(token.as_bytes(), cl.creds.admin_token.as_bytes()) {
         let auds = intersect(&server, &target);
         return if auds.is_empty() { json!({"user": {}}) } else { authenticated(&admin(), auds) };
