@@ -1097,3 +1097,52 @@ async fn approving_needs_approve_on_the_signer() {
     let out = k.ok(&["certificate", "approve", "carol", me]);
     assert_eq!(out.trim(), "certificatesigningrequest.certificates.k8s.io/carol approved");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemonset_max_surge_starts_the_new_pod_before_the_old_goes() {
+    let dc = DevCluster::start_with(Options { nodes: 2, ..Default::default() }).await.unwrap();
+    let k = Kubectl::new(&dc);
+    let dss: Api<DaemonSet> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    let strategy =
+        json!({"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}});
+    dss.create(&PostParams::default(), &daemonset("surge", "example.com/agent:1", strategy)).await.unwrap();
+    k.ok(&["rollout", "status", "ds/surge", "--timeout=30s"]);
+    // Watch every pod event of the update: a node runs its old and new pod side by side.
+    let seen_two = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watching = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (flag, ready) = (seen_two.clone(), watching.clone());
+    let waiter = tokio::spawn({
+        let pods = pods.clone();
+        async move {
+            wait_list(&pods, ds_pods("surge"), "two new pods and no old", move |ps| {
+                ready.notify_one();
+                let mut per_node = std::collections::BTreeMap::<String, usize>::new();
+                for p in ps {
+                    *per_node.entry(node_of(p)).or_default() += 1;
+                }
+                if per_node.values().any(|n| *n == 2) {
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                ps.len() == 2
+                    && ps
+                        .iter()
+                        .all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("example.com/agent:2"))
+                    && running(ps)
+            })
+            .await
+        }
+    });
+    watching.notified().await;
+    dss.patch(
+        "surge",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "example.com/agent:2"}]}}}})),
+    )
+    .await
+    .unwrap();
+    waiter.await.unwrap();
+    assert!(seen_two.load(std::sync::atomic::Ordering::SeqCst), "a node ran its old and new pod side by side");
+    let out = k.ok(&["rollout", "status", "ds/surge", "--timeout=30s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+}

@@ -14,16 +14,16 @@
 //!   scheduler would.
 //! - Pods on nodes that should not run one, extra pods on a node, and failed pods are deleted.
 //! - Updates: a ControllerRevision per template (`<name>-<hash>`), `RollingUpdate` (old pods
-//!   replaced node by node within `maxUnavailable`, default 1) or `OnDelete` (only new pods
-//!   get the new template).
+//!   replaced node by node within `maxUnavailable`, default 1, or with `maxSurge` a new pod
+//!   beside the old one, which goes once the new one is ready) or `OnDelete` (only new pods get
+//!   the new template).
 //! - Status as upstream writes it: `currentNumberScheduled`, `numberMisscheduled`,
 //!   `desiredNumberScheduled`, `numberReady` (always present), `updatedNumberScheduled`,
 //!   `numberAvailable`, `numberUnavailable`, `observedGeneration`; `kubectl rollout status`
 //!   works on them.
 //!
-//! Differences: `maxSurge` is not acted on (updates are delete-then-create); `minReadySeconds`
-//! is not waited for (available = ready); preferred affinity and pod (anti-)affinity are
-//! ignored.
+//! Differences: `minReadySeconds` is not waited for (available = ready); preferred affinity and
+//! pod (anti-)affinity are ignored.
 
 use super::deployment::{resolve, template_hash};
 use super::replicaset::{event, owned_pods, pod_from_template, pod_ready};
@@ -236,13 +236,21 @@ impl DaemonSetController {
                     delete(p);
                     requeue = Some(Duration::from_secs(1));
                 }
-                // Keep the oldest (upstream keeps the oldest running one).
+                // Keep the oldest pod of the current template and the oldest of an older one
+                // (both exist only while a surge replaces the old); the rest go.
                 let mut alive: Vec<&Arc<Value>> = alive;
                 alive.sort_by_key(|p| meta::meta_str(p, "creationTimestamp").unwrap_or("").to_string());
-                for p in alive.iter().skip(1) {
-                    delete(p);
+                let newest = alive.iter().find(|p| pod_hash(p) == hash).map(|p| (*p).clone());
+                let oldest_old = alive.iter().find(|p| pod_hash(p) != hash).map(|p| (*p).clone());
+                for p in &alive {
+                    let keep =
+                        [&newest, &oldest_old].iter().any(|k| k.as_ref().is_some_and(|k| meta::uid(k) == meta::uid(p)));
+                    if !keep {
+                        delete(p);
+                    }
                 }
-                by_node.insert(name, alive.first().map(|p| vec![(*p).clone()]).unwrap_or_default());
+                // The node's pods: the current one first.
+                by_node.insert(name, newest.into_iter().chain(oldest_old).collect());
             } else if !here.is_empty() {
                 misscheduled += 1;
                 if !stay {
@@ -263,37 +271,66 @@ impl DaemonSetController {
             }
         }
 
-        // Rolling update: replace old pods within maxUnavailable.
+        // Rolling update (update.go `rollingUpdate`): with maxSurge, a node gets its new pod
+        // beside the old one, which goes once the new one is ready; otherwise old pods are
+        // deleted within maxUnavailable and replaced.
         let on_delete = ds.pointer("/spec/updateStrategy/type").and_then(Value::as_str) == Some("OnDelete");
+        let is_new = |p: &Value| pod_hash(p) == hash;
+        let mut surge_nodes: Vec<String> = vec![];
         if !on_delete {
-            let max_unavailable = match ds.pointer("/spec/updateStrategy/rollingUpdate/maxUnavailable") {
-                None => 1,
-                v => resolve(v, desired as i64, 0, false).max(0),
-            }
-            .max(if desired > 0 { 1 } else { 0 });
-            let unavailable = wanted
-                .iter()
-                .filter(|n| by_node.get(*n).and_then(|ps| ps.first()).is_none_or(|p| !pod_ready(p)))
-                .count() as i64;
-            let mut budget = max_unavailable - unavailable;
-            // Old unavailable pods first: replacing them costs nothing.
-            let mut old: Vec<(bool, String)> = wanted
-                .iter()
-                .filter_map(|n| {
-                    let p = by_node.get(n)?.first()?;
-                    (pod_hash(p) != hash).then(|| (pod_ready(p), n.clone()))
-                })
-                .collect();
-            old.sort();
-            for (ready, n) in old {
-                if ready && budget <= 0 {
-                    break;
+            let ru = ds.pointer("/spec/updateStrategy/rollingUpdate");
+            let max_surge = resolve(ru.and_then(|r| r.get("maxSurge")), desired as i64, 0, true).max(0);
+            if max_surge > 0 {
+                let mut surging = wanted
+                    .iter()
+                    .filter(|n| by_node.get(*n).is_some_and(|ps| ps.len() == 2 && !pod_ready(&ps[0])))
+                    .count() as i64;
+                for n in &wanted {
+                    let Some(ps) = by_node.get(n).cloned() else { continue };
+                    match ps.as_slice() {
+                        [new, old] if is_new(new) && pod_ready(new) => {
+                            delete(old);
+                            by_node.insert(n.clone(), vec![new.clone()]);
+                        }
+                        [old] if !is_new(old) && (surging < max_surge || !pod_ready(old)) => {
+                            surge_nodes.push(n.clone());
+                            surging += 1;
+                        }
+                        _ => {}
+                    }
                 }
-                if let Some(p) = by_node.get(&n).and_then(|ps| ps.first()).cloned() {
-                    delete(&p);
-                    by_node.insert(n, vec![]);
-                    if ready {
-                        budget -= 1;
+            } else {
+                let max_unavailable = match ru.and_then(|r| r.get("maxUnavailable")) {
+                    None => 1,
+                    v => resolve(v, desired as i64, 0, false).max(0),
+                }
+                .max(if desired > 0 { 1 } else { 0 });
+                let unavailable = wanted
+                    .iter()
+                    .filter(|n| by_node.get(*n).and_then(|ps| ps.first()).is_none_or(|p| !pod_ready(p)))
+                    .count() as i64;
+                let mut budget = max_unavailable - unavailable;
+                // Old unavailable pods first: replacing them costs nothing.
+                let mut old: Vec<(bool, String)> = wanted
+                    .iter()
+                    .filter_map(|n| {
+                        let p = by_node.get(n)?.first()?;
+                        (!is_new(p)).then(|| (pod_ready(p), n.clone()))
+                    })
+                    .collect();
+                old.sort();
+                for (ready, n) in old {
+                    if ready && budget <= 0 {
+                        break;
+                    }
+                    if let Some(ps) = by_node.get(&n).cloned() {
+                        for p in &ps {
+                            delete(p);
+                        }
+                        by_node.insert(n, vec![]);
+                        if ready {
+                            budget -= 1;
+                        }
                     }
                 }
             }
@@ -301,7 +338,7 @@ impl DaemonSetController {
 
         // Create the missing pods, bound to their nodes.
         for n in &wanted {
-            if by_node.get(n).is_some_and(|ps| !ps.is_empty()) {
+            if by_node.get(n).is_some_and(|ps| !ps.is_empty()) && !surge_nodes.contains(n) {
                 continue;
             }
             match ops::create(cl, &pdef, &key.namespace, new_pod(&ds, n, &hash), &WriteOpts::system(MANAGER)) {
@@ -309,7 +346,9 @@ impl DaemonSetController {
                     let pname = meta::name(&w.object).to_string();
                     event(cl, &ds, "Normal", "SuccessfulCreate", &format!("Created pod: {pname}"), MANAGER);
                     let _ = ops::bind(cl, &pdef, &key.namespace, &pname, n);
-                    by_node.insert(n.clone(), vec![Arc::new(w.object)]);
+                    let mut ps = vec![Arc::new(w.object)];
+                    ps.extend(by_node.remove(n).unwrap_or_default());
+                    by_node.insert(n.clone(), ps);
                 }
                 Err(e) => {
                     event(cl, &ds, "Warning", "FailedCreate", &format!("Error creating: {}", e.message), MANAGER);
@@ -320,7 +359,7 @@ impl DaemonSetController {
 
         // Status.
         let on_wanted = |f: &dyn Fn(&Value) -> bool| {
-            wanted.iter().filter(|n| by_node.get(*n).and_then(|ps| ps.first()).is_some_and(|p| f(p))).count()
+            wanted.iter().filter(|n| by_node.get(*n).is_some_and(|ps| ps.iter().any(|p| f(p)))).count()
         };
         let current = on_wanted(&|_| true);
         let ready = on_wanted(&|p| pod_ready(p));
