@@ -1146,3 +1146,18 @@ async fn daemonset_max_surge_starts_the_new_pod_before_the_old_goes() {
     let out = k.ok(&["rollout", "status", "ds/surge", "--timeout=30s"]);
     assert!(out.contains("successfully rolled out"), "{out}");
 }
+
+#[tokio::test]
+async fn a_job_managed_by_another_controller_is_left_alone() {
+    let (dc, _k) = cluster_with(vec![]).await;
+    let jobs: Api<Job> = Api::default_namespaced(dc.client());
+    let pods: Api<Pod> = Api::default_namespaced(dc.client());
+    jobs.create(&PostParams::default(), &job("theirs", "busybox", json!({"managedBy": "example.com/queue"})))
+        .await
+        .unwrap();
+    jobs.create(&PostParams::default(), &job("ours", "busybox", json!({}))).await.unwrap();
+    // By the time the built-in controller completed "ours", it would have started "theirs" too.
+    wait_for(&jobs, "ours", "complete", |j| condition(j, "Complete").is_some()).await;
+    assert!(jobs.get("theirs").await.unwrap().status.is_none_or(|s| s.start_time.is_none() && s.active.is_none()));
+    assert!(pods.list(&ListParams::default().labels("job-name=theirs")).await.unwrap().items.is_empty());
+}

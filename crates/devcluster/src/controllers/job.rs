@@ -25,6 +25,8 @@
 //!   `terminating` (always), `uncountedTerminatedPods: {}`, `startTime`, events
 //!   `SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `BackoffLimitExceeded`, ...
 //!
+//! A Job whose `spec.managedBy` names another controller is left to it.
+//!
 //! Differences: `podFailurePolicy`, `successPolicy`, `backoffLimitPerIndex`,
 //! `maxFailedIndexes` and `podReplacementPolicy: Failed` are stored but not acted on; the
 //! back-off exponent counts every failure of the Job (upstream: failures since the last
@@ -318,6 +320,11 @@ impl JobController {
 
     fn sync(&self, cl: &Cluster, key: &Key) -> Option<Duration> {
         let job = super::get(cl, key)?;
+        // `spec.managedBy` naming another controller (JobManagedBy, on by default since 1.32):
+        // the Job is that controller's to run.
+        if job.pointer("/spec/managedBy").and_then(Value::as_str).is_some_and(|m| m != "kubernetes.io/job-controller") {
+            return None;
+        }
         let pods = owned_pods(cl, &job);
         if meta::is_deleting(&job) {
             for p in pods.iter().filter(|p| has_finalizer(p)) {
