@@ -373,6 +373,7 @@ pub fn encode(frame: &Frame, headers: &mut Headers) -> Result<Bytes, SpdyError> 
 #[derive(Debug, Clone)]
 pub struct Target {
     pub ip: IpAddr,
+    /// The kubelet's "full name" of the pod: `<name>_<namespace>`.
     pub pod: String,
     pub uid: String,
 }
@@ -491,8 +492,14 @@ async fn forward(
     let conn = match conn {
         Ok(c) => c,
         Err(e) => {
+            // As Go renders a failed dial: "dial tcp IP:PORT: connect: connection refused".
+            let why = match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connect: connection refused".to_string(),
+                std::io::ErrorKind::TimedOut => "i/o timeout".to_string(),
+                _ => e.to_string().split(" (os error").next().unwrap_or_default().to_lowercase(),
+            };
             let msg = format!(
-                "error forwarding port {port} to pod {}, uid {}: dial tcp {}:{port}: {e}",
+                "error forwarding port {port} to pod {}, uid {}: dial tcp {}:{port}: {why}",
                 target.pod, target.uid, target.ip
             );
             let _ = frames.send(Frame::Data { id: error, fin: true, data: Bytes::from(msg) }).await;
@@ -552,9 +559,8 @@ where
         }
         let _ = sink.send(Message::Close(None)).await;
     });
-    let input = stream
-        .take_while(|m| std::future::ready(!matches!(m, Ok(Message::Close(_)) | Err(_))))
-        .filter_map(|m| {
+    let input =
+        stream.take_while(|m| std::future::ready(!matches!(m, Ok(Message::Close(_)) | Err(_)))).filter_map(|m| {
             std::future::ready(match m {
                 Ok(Message::Binary(b)) => Some(Ok(b)),
                 _ => None,

@@ -646,26 +646,7 @@ async fn exec_and_port_forward_reach_the_container() {
     drop(s);
     let _ = pf.join().await;
 
-    // kubectl port-forward speaks SPDY (through its WebSocket tunnel, then plain): the documented
-    // gap, answered with a clear error instead of a hang.
-    let mut pfk = k
-        .cmd(&["port-forward", "pod/web", ":8080"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = pfk.try_wait().unwrap() {
-            break st;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "kubectl port-forward neither forwarded nor failed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let mut err = String::new();
-    pfk.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(!status.success());
-    assert!(err.contains("devcluster does not speak SPDY/3.1"), "{err}");
+    // kubectl port-forward (SPDY): tests/portforward.rs.
 
     // Discovery lists the subresources served.
     let res = k.ok(&["get", "--raw", "/api/v1"]);

@@ -43,7 +43,7 @@
 //!   file, one rotated file kept: `pods/log` with container, follow, previous, tailLines,
 //!   sinceSeconds/sinceTime, timestamps, limitBytes.
 //! - **exec and port-forward** (`stream`): WebSocket (`v5`/`v4.channel.k8s.io`) exec and
-//!   `v4.channel.k8s.io` port-forward; SPDY is not spoken.
+//!   `v4.channel.k8s.io` port-forward; kubectl's SPDY port-forward (`crate::spdy`).
 //!
 //! Resources (CPU, memory) are not limited; the processes run as devcluster's user.
 

@@ -10,9 +10,9 @@
 //! `v4.channel.k8s.io` (stdin 0, stdout 1, stderr 2, a `Status` on 3, resize 4 ignored: no
 //! TTY), which kubectl 1.31+ and kube-rs use; port-forward with `v4.channel.k8s.io` (two
 //! channels per port, data and error, each opened by a frame carrying the port little-endian),
-//! which kube-rs uses. SPDY is not spoken: kubectl port-forward, which tunnels SPDY through
-//! its WebSocket (`SPDY/3.1+portforward.k8s.io`) or falls back to plain SPDY, gets a 400
-//! saying so.
+//! which kube-rs uses; and kubectl port-forward's SPDY (src/spdy.rs), tunnelled through its
+//! WebSocket (`SPDY/3.1+portforward.k8s.io`) or over a connection upgraded to `SPDY/3.1`. Exec
+//! over SPDY is refused with a 400 (kubectl 1.31+ execs over WebSocket).
 
 use super::spec::{self, Launch};
 use super::{PodRun, process, worker};
@@ -371,12 +371,21 @@ pub fn serve(cl: &Cluster, req: StreamRequest) -> ApiResult<Response<Body>> {
             pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("")
         )));
     }
+    let target = crate::spdy::Target {
+        ip: std::net::IpAddr::V4(run.ip),
+        pod: format!("{name}_{}", req.namespace),
+        uid: run.uid.clone(),
+    };
     if !is_websocket(&req.headers) {
         let spdy = req
             .headers
             .get(header::UPGRADE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|u| u.to_ascii_uppercase().starts_with("SPDY"));
+        // kubectl port-forward's fallback: the connection itself upgraded to SPDY/3.1.
+        if spdy && !exec {
+            return spdy_upgrade(&req.headers, req.on_upgrade, target);
+        }
         return Err(ApiError::bad_request(if spdy {
             "devcluster does not speak SPDY/3.1: use a WebSocket client (kubectl 1.31+ exec, kube-rs exec and portforward)".to_string()
         } else {
@@ -386,14 +395,7 @@ pub fn serve(cl: &Cluster, req: StreamRequest) -> ApiResult<Response<Body>> {
     let protocol = if exec {
         choose(&req.headers, &["v5.channel.k8s.io", "v4.channel.k8s.io"])
     } else {
-        if choose(&req.headers, &["SPDY/3.1+portforward.k8s.io"]).is_some()
-            && choose(&req.headers, &["v4.channel.k8s.io"]).is_none()
-        {
-            return Err(ApiError::bad_request(
-                "devcluster does not speak SPDY/3.1, which kubectl port-forward tunnels through its WebSocket: use kube-rs Api::portforward (v4.channel.k8s.io)",
-            ));
-        }
-        choose(&req.headers, &["v4.channel.k8s.io"])
+        choose(&req.headers, &["v4.channel.k8s.io", "SPDY/3.1+portforward.k8s.io"])
     };
     let Some(key) = req.headers.get(header::SEC_WEBSOCKET_KEY) else {
         return Err(ApiError::bad_request("missing Sec-WebSocket-Key"));
@@ -421,6 +423,14 @@ pub fn serve(cl: &Cluster, req: StreamRequest) -> ApiResult<Response<Body>> {
             let Ok(up) = on_upgrade.await else { return };
             let ws = WebSocketStream::from_raw_socket(hyper_util::rt::TokioIo::new(up), Role::Server, None).await;
             exec_session(ws, &run, launch, command, stdin, stdout, stderr, v5).await;
+        });
+    } else if protocol.as_deref() == Some("SPDY/3.1+portforward.k8s.io") {
+        // kubectl 1.31+: SPDY frames inside WebSocket binary messages; the ports come with each
+        // stream, not in the query.
+        tokio::spawn(async move {
+            let Ok(up) = on_upgrade.await else { return };
+            let ws = WebSocketStream::from_raw_socket(hyper_util::rt::TokioIo::new(up), Role::Server, None).await;
+            crate::spdy::over_websocket(ws, target).await;
         });
     } else {
         let mut ports: Vec<u16> = vec![];
@@ -462,6 +472,44 @@ pub fn serve(cl: &Cluster, req: StreamRequest) -> ApiResult<Response<Body>> {
     {
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, v);
     }
+    Ok(r)
+}
+
+/// Answer an `Upgrade: SPDY/3.1` port-forward request (101, `X-Stream-Protocol-Version:
+/// portforward.k8s.io`) and serve the upgraded connection.
+fn spdy_upgrade(
+    headers: &HeaderMap,
+    on_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    target: crate::spdy::Target,
+) -> ApiResult<Response<Body>> {
+    const PROTOCOL: &str = "portforward.k8s.io";
+    let offered: Vec<&str> = headers
+        .get_all("x-stream-protocol-version")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(str::trim))
+        .collect();
+    if !offered.is_empty() && !offered.contains(&PROTOCOL) {
+        return Err(ApiError::forbidden_message(
+            "",
+            "pods",
+            &target.pod,
+            format!("unable to upgrade: no common protocols (client: {offered:?}, server: [\"{PROTOCOL}\"])"),
+        ));
+    }
+    let Some(on_upgrade) = on_upgrade else {
+        return Err(ApiError::bad_request("Upgrade request required"));
+    };
+    tokio::spawn(async move {
+        let Ok(up) = on_upgrade.await else { return };
+        crate::spdy::over_connection(hyper_util::rt::TokioIo::new(up), target).await;
+    });
+    let mut r = Response::new(http_body_util::Empty::<Bytes>::new().map_err(|never| match never {}).boxed());
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+    h.insert("x-stream-protocol-version", HeaderValue::from_static(PROTOCOL));
     Ok(r)
 }
 
