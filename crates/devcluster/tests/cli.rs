@@ -85,11 +85,14 @@ fn bad_flags_say_what_is_wrong() {
         .expect("runs");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unknown kind \"explode\"; use image-pull, crash-loop[:CODE], unready or deadline"), "{err}");
+    assert!(
+        err.contains("unknown kind \"explode\"; use image-pull, crash-loop[:CODE], unready, deadline or exit[:CODE]"),
+        "{err}"
+    );
     let help = Command::new(env!("CARGO_BIN_EXE_devcluster")).args(["serve", "--help"]).output().expect("runs");
     assert!(help.status.success());
     let text = String::from_utf8_lossy(&help.stdout);
-    for flag in ["--listen", "--kubeconfig", "--data-dir", "--nodes", "--fault", "--history"] {
+    for flag in ["--listen", "--kubeconfig", "--data-dir", "--nodes", "--fault", "--history", "--job-pod-duration-ms"] {
         assert!(text.contains(flag), "{flag} missing from --help");
     }
 }
