@@ -391,7 +391,13 @@ async fn resource(
                     },
                 );
             }
-            (_, _, Some("log" | "exec" | "portforward")) => {
+            (Some(ns), Some(name), Some("eviction")) if method == Method::POST => {
+                let bytes = read_body(body).await?;
+                let ct = header_str(headers, header::CONTENT_TYPE);
+                let (code, answer) = crate::eviction::serve(&cl, ns, name, &q, ct, &bytes, user)?;
+                return Ok(json_response(code, &answer, Output::Json, &[]));
+            }
+            (_, _, Some("log" | "exec" | "portforward" | "eviction")) => {
                 return Err(ApiError::method_not_allowed(
                     "the server does not allow this method on the requested resource",
                 ));

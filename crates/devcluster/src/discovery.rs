@@ -57,6 +57,8 @@ fn legacy_resources(defs: &[Arc<ResourceDef>]) -> Vec<Value> {
         }
         if d.group.is_empty() && d.plural == "pods" {
             out.push(json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}));
+            // Served by src/eviction.rs; kubectl drain evicts only when it finds this entry.
+            out.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
             // Served by the process runtime (src/runtime/).
             out.push(json!({"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions", "verbs": ["create", "get"]}));
             out.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
@@ -149,6 +151,9 @@ fn aggregated_resource(d: &ResourceDef) -> Value {
         for x in crate::registry::extra_subresources(&d.group, &d.plural) {
             subs.push(json!({"subresource": x.name, "responseKind": {"group": "", "version": "", "kind": x.kind}, "verbs": x.verbs}));
         }
+    }
+    if d.group.is_empty() && d.plural == "pods" {
+        subs.push(json!({"subresource": "eviction", "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"}, "verbs": ["create"]}));
     }
     if !subs.is_empty() {
         r["subresources"] = json!(subs);

@@ -26,6 +26,7 @@ pub mod crd;
 pub mod discovery;
 pub mod duration;
 pub mod errors;
+pub mod eviction;
 pub mod faults;
 pub mod field;
 pub mod golike;

@@ -320,7 +320,7 @@ fn mismatch(def: &ResourceDef, av: &str, kind: &str, expect_kind: &str, want_av:
 }
 
 /// Admission of the namespace: it must exist and not be terminating (NamespaceLifecycle).
-fn admit_namespace(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str) -> ApiResult<()> {
+pub(crate) fn admit_namespace(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str) -> ApiResult<()> {
     if !def.namespaced {
         return Ok(());
     }

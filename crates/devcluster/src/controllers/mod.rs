@@ -15,6 +15,7 @@ pub mod daemonset;
 pub mod cronjob;
 pub mod csr;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod gc;
 pub mod index;
@@ -77,6 +78,7 @@ pub fn all() -> Vec<Box<dyn Controller>> {
         Box::new(deployment::DeploymentController),
         Box::new(replicaset::ReplicaSetController),
         Box::new(replicationcontroller::ReplicationManager),
+        Box::new(disruption::DisruptionController),
         Box::new(statefulset::StatefulSetController),
         Box::new(statefulset::VolumeBinder),
         Box::new(daemonset::DaemonSetController),
