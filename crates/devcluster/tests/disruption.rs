@@ -8,6 +8,7 @@
 mod support;
 
 use devcluster::{DevCluster, Options};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -262,17 +263,29 @@ async fn evictions_check_their_body_and_refuse_overlapping_budgets() {
 
     // Watch the pod: the eviction marks it DisruptionTarget before deleting it.
     let uid = pods[0].metadata.uid.clone().unwrap_or_default();
+    let rv = api.get(&p).await.expect("the pod").metadata.resource_version.unwrap_or_default();
+    let wp = kube::api::WatchParams::default().fields(&format!("metadata.name={p}"));
+    let mut events = api.watch(&wp, &rv).await.expect("a watch of the pod").boxed();
     let (code, _, _) = post_eviction(&dc, &p, eviction(&p), "", None).await;
     assert_eq!(code, 201);
-    let marked = api.get_opt(&p).await.expect("get");
-    if let Some(m) = marked {
-        let conds = m.status.and_then(|s| s.conditions).unwrap_or_default();
-        let c = conds.iter().find(|c| c.type_ == "DisruptionTarget").expect("DisruptionTarget");
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
-            ("True", Some("EvictionByEvictionAPI"), Some("Eviction API: evicting"))
-        );
-    }
+    let marked = tokio::time::timeout(support::wait::WAIT, async {
+        while let Some(ev) = events.try_next().await.expect("the watch runs") {
+            if let kube::api::WatchEvent::Modified(m) = ev {
+                let conds = m.status.and_then(|s| s.conditions).unwrap_or_default();
+                if let Some(c) = conds.into_iter().find(|c| c.type_ == "DisruptionTarget") {
+                    return Some(c);
+                }
+            }
+        }
+        None
+    })
+    .await
+    .expect("the pod is marked in time")
+    .expect("a DisruptionTarget condition before the pod goes");
+    assert_eq!(
+        (marked.status.as_str(), marked.reason.as_deref(), marked.message.as_deref()),
+        ("True", Some("EvictionByEvictionAPI"), Some("Eviction API: evicting"))
+    );
     wait_gone(&api, &p, &uid, "the evicted pod").await;
 
     // The eviction's deleteOptions reach the delete: a wrong uid precondition is a conflict
