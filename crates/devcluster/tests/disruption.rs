@@ -485,3 +485,34 @@ async fn disrupted_pods_expire_after_two_minutes() {
         events.items
     );
 }
+
+// eviction.go: a running pod that is not Ready may go without spending the budget only when the
+// budget is met (IfHealthyBudget, the default) or its unhealthyPodEvictionPolicy is AlwaysAllow.
+#[tokio::test(flavor = "multi_thread")]
+async fn unready_pods_follow_the_unhealthy_pod_eviction_policy() {
+    let faults = vec!["example.com/web:1=unready".parse().expect("a fault rule")];
+    let (dc, _k) = cluster(Options { faults, ..Default::default() }).await;
+    deploy(&dc, "sick", 2).await;
+    budget(&dc, "sick", "sick", json!({"minAvailable": 1})).await;
+    let api = Api::<Pod>::namespaced(dc.client(), "default");
+    let cfg = kube::runtime::watcher::Config::default().labels("app=sick");
+    let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let pods = wait_list(&api, cfg, "2 running, unready pods", |l| l.iter().filter(|p| running(p)).count() == 2).await;
+    wait_status(&dc, "sick", (0, 1, 2, 0)).await;
+    let p = name_of(&pods[0]);
+    let (code, _, body) = post_eviction(&dc, &p, eviction(&p), "", None).await;
+    assert_eq!(code, 429, "{body}");
+    assert_eq!(
+        body["details"]["causes"][0]["message"],
+        "The disruption budget sick needs 1 healthy pods and has 0 currently"
+    );
+
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(dc.client(), "default");
+    let patch = json!({"spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}});
+    pdbs.patch("sick", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch the budget");
+    wait_status(&dc, "sick", (0, 1, 2, 0)).await;
+    let (code, _, body) = post_eviction(&dc, &p, eviction(&p), "", None).await;
+    assert_eq!(code, 201, "{body}");
+    let after = pdbs.get("sick").await.expect("pdb").status.expect("status");
+    assert!(after.disrupted_pods.is_none_or(|d| !d.contains_key(&p)), "an unhealthy pod spends nothing");
+}
