@@ -64,9 +64,7 @@ pub fn served_as_stored(def: &ResourceDef) -> bool {
 
 /// The object as served by `def`.
 pub fn from_storage(def: &ResourceDef, stored: &Value) -> Value {
-    if served_as_stored(def)
-        && stored.get("apiVersion").and_then(Value::as_str) == Some(def.api_version().as_str())
-    {
+    if served_as_stored(def) && stored.get("apiVersion").and_then(Value::as_str) == Some(def.api_version().as_str()) {
         // Stored objects are canonical already: nothing to convert.
         return stored.clone();
     }
