@@ -1,0 +1,1 @@
+//! varroa-gateway: the gRPC server (mutual TLS) the mites dial; keeps their state in JetStream and pushes desired configuration down.
