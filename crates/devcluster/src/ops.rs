@@ -647,6 +647,12 @@ fn guaranteed_update(
     for _ in 0..32 {
         let cur_stored = cl.store.get(&def.storage, ns, name);
         let cur = cur_stored.as_ref().map(|o| convert::from_storage(def, o));
+        // A subresource (status, scale) is never created by a write: the real registries'
+        // status and scale stores do not allow create on update, so an apply or PUT to the
+        // status of a missing object is 404, not a new object made from the status alone.
+        if cur.is_none() && opts.subresource.is_some() {
+            return Err(ApiError::not_found(&def.group, &def.plural, name));
+        }
         let (body, pinned) = compute(cur.as_ref())?;
         let Some(cur) = cur else {
             // Create on update (PUT of a missing object where the kind allows it, or apply).

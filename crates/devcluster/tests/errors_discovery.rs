@@ -152,6 +152,50 @@ async fn a_missing_object_is_404_with_the_status_fields_in_order() {
     );
 }
 
+// The status and scale stores of the real registries do not allow create on update
+// (`AllowCreateOnUpdate` is false for them, and a custom resource's status REST is built the same
+// way): a server-side apply, a PUT or a merge patch to the status of a missing object is 404,
+// and nothing is created. An operator that writes the status of an object just deleted sees
+// NotFound, not a 422 about the spec its status-only body lacks.
+#[tokio::test]
+async fn writing_the_status_of_a_missing_object_is_404_and_creates_nothing() {
+    let dc = DevCluster::start().await.expect("devcluster starts");
+    let c = dc.client();
+    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
+    crds.create(&PostParams::default(), &widget_crd()).await.expect("create CRD");
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        await_condition(crds, "widgets.disco.example.com", conditions::is_crd_established()),
+    )
+    .await
+    .expect("established within 10s")
+    .expect("waiting");
+    let apply = ("content-type", "application/apply-patch+yaml");
+    let merge = ("content-type", "application/merge-patch+json");
+    let cases = [
+        ("/apis/disco.example.com/v1/widgets/gone", "disco.example.com", "widgets", "Widget", "disco.example.com/v1"),
+        ("/apis/apps/v1/namespaces/default/deployments/gone", "apps", "deployments", "Deployment", "apps/v1"),
+    ];
+    for (path, group, plural, kind, api_version) in cases {
+        let body =
+            json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "gone"}, "status": {"replicas": 1}});
+        let bytes = serde_json::to_vec(&body).expect("JSON");
+        for (method, headers, query) in
+            [("PATCH", [apply], "?fieldManager=op&force=true"), ("PATCH", [merge], ""), ("PUT", [JSON], "")]
+        {
+            let resp = raw(&c, method, &format!("{path}/status{query}"), &headers, bytes.clone()).await;
+            assert_eq!(resp.0, 404, "{method} {path}/status ({headers:?}): {}", text(&resp.2));
+            let status = json_of(&resp.2);
+            assert_eq!(status["reason"], "NotFound", "{}", text(&resp.2));
+            assert_eq!(status["details"]["kind"], plural);
+            if !group.is_empty() {
+                assert_eq!(status["details"]["group"], group);
+            }
+            assert_eq!(get(&c, path).await.0, 404, "{method} {path}/status created the object");
+        }
+    }
+}
+
 // NewGenericServerResponse always sets Details, so the body has `"details":{}`.
 #[tokio::test]
 async fn a_method_without_a_route_is_405() {
