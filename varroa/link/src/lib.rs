@@ -1,1 +1,32 @@
-//! The control link's shared shapes: the gRPC protocol between mite and gateway, and the JetStream key-value entries (varroa_mites, varroa_desired).
+//! The control link's shared shapes, used by both ends and by whoever reads the state:
+//!
+//! - [`proto::v1`]: the gRPC protocol between the mite (client) and the gateway (server),
+//!   generated from the checked-in `proto/varroa/link/v1/link.proto` (no `protoc` needed: the
+//!   build compiles it with `protox`). Both the client (`MiteLinkClient`) and the server
+//!   (`MiteLinkServer`, `MiteLink`) are generated.
+//! - [`kv`]: the JetStream key-value buckets `varroa_mites` (written by the gateway, read by the
+//!   operator and the BFF) and `varroa_desired` (written by the operator, watched by the
+//!   gateway): bucket names and settings, key encoding, and the JSON entries.
+//! - [`nats`]: connecting to NATS with a credential re-read from a file on every (re)connect,
+//!   so a rotated password needs no restart (every Varroa component connects this way).
+//! - `testing` (cargo feature `testing`): a real `nats-server` with JetStream for tests.
+//!
+//! Keeping these in one small crate means the mite, the gateway and the operator cannot disagree
+//! on a field name, a key layout or a bucket setting.
+
+pub mod kv;
+pub mod nats;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub mod proto {
+    //! The gRPC protocol, generated from `proto/varroa/link/v1/link.proto`.
+    #[allow(clippy::all, missing_docs)]
+    pub mod v1 {
+        tonic::include_proto!("varroa.link.v1");
+    }
+}
+
+/// The largest gRPC message either end accepts, in bytes (a Desired configuration with every
+/// JCasC file is the largest message; it is also bounded by [`kv::DESIRED_MAX_VALUE_BYTES`]).
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
