@@ -1,1 +1,357 @@
-//! A stand-in for Jenkins in tests and the demo: the documented HTTP endpoints the mite uses, with Jenkins' status codes, headers and payloads, and fault switches.
+//! A stand-in for Jenkins in tests and the demo: the documented HTTP endpoints the mite uses, with
+//! Jenkins' status codes, headers and payloads, and fault switches.
+//!
+//! Jenkins and its Java plugin cannot run on our machines, so the mite is tested against this
+//! double, and in devcluster's process runtime the `jenkins` container runs its binary. It plays
+//! exactly what the mite uses and nothing else; where it differs from Jenkins it says so below.
+//!
+//! # Endpoints, and the Jenkins source each follows
+//!
+//! Files are in jenkinsci/jenkins (core/src/main/java/) and
+//! jenkinsci/configuration-as-code-plugin (plugin/src/main/java/io/jenkins/plugins/casc/), read
+//! at the snapshots of August 2026; the remote API is documented at
+//! <https://www.jenkins.io/doc/book/using/remote-access-api/>.
+//!
+//! | endpoint | answer | follows |
+//! |---|---|---|
+//! | every page | `X-Jenkins: <version>`, `X-Hudson: 1.395`, `X-Jenkins-Session` | `hudson/Functions.java` `advertiseHeaders`, `hudson/model/Api.java` |
+//! | `GET /api/json` | `hudson.model.Hudson`: `mode`, `numExecutors`, `quietingDown`, `quietDownReason`, `useSecurity`, `useCrumbs`, `jobs[]`, ... | `@Exported` getters of `jenkins/model/Jenkins.java` |
+//! | `GET /login` | 200, HTML; anonymous allowed (the StatefulSet's probes) | `jenkins/model/Jenkins.java` `doLogin`/`login.jelly` |
+//! | `GET /pluginManager/api/json?depth=1` | `plugins[]`: `shortName`, `longName`, `version`, `active`, `enabled`, `bundled`, `pinned`, `hasUpdate`, `dependencies`, ...; at depth 0 every plugin is `{}` as in Jenkins | `hudson/PluginManager.java`, `hudson/PluginWrapper.java` |
+//! | `GET /queue/api/json` | `items[]` (`hudson.model.Queue$WaitingItem`: `id`, `task`, `why`, `inQueueSince`, ...), `discoverableItems` | `hudson/model/Queue.java` |
+//! | `GET /computer/api/json` | `busyExecutors`, `totalExecutors`, `computer[]` (the built-in node: `idle`, `offline`, `numExecutors`, `executors`, ...) | `hudson/model/ComputerSet.java`, `hudson/model/Computer.java` |
+//! | `GET /crumbIssuer/api/json` | `{_class, crumb, crumbRequestField: "Jenkins-Crumb"}` | `hudson/security/csrf/CrumbIssuer.java`, `DefaultCrumbIssuer.java` |
+//! | `POST /quietDown?message=`, `POST /cancelQuietDown` | 302 to the root (`HttpRedirect(".")`), MANAGE | `jenkins/model/Jenkins.java` `doQuietDown`, `doCancelQuietDown` |
+//! | `POST /configuration-as-code/check` | body: YAML; 200 `[]` when valid; 400 `[{"line":-1,"message":...}]` with the plugin's message when not (unknown root elements, YAML syntax); ADMINISTER | `ConfigurationAsCode.doCheck`, `invokeWith`, `UnknownConfiguratorException` |
+//! | `POST /configuration-as-code/reload` | re-reads `CASC_JENKINS_CONFIG` (files, or directories searched for `*.yml`/`*.yaml`, merged with `errorOnConflict`); success: 302 to `/configuration-as-code/`; failure: **200** with the HTML page "Error loading configuration" (`error.jelly`) and the live configuration unchanged; MANAGE | `ConfigurationAsCode.doReload`, `handleExceptionOnReloading`, `configs` |
+//! | `POST /configuration-as-code/export` | the live configuration as YAML, `application/x-yaml; charset=utf-8`, `Content-Disposition: attachment; filename=jenkins.yaml`; SYSTEM_READ | `ConfigurationAsCode.doExport` |
+//! | a POST-only URL by GET | 405 "This URL requires POST" | Stapler `@RequirePOST` |
+//!
+//! # Security, as Jenkins with security on
+//!
+//! - HTTP basic `user:apitoken` (or `user:password`). Wrong credentials: **401** with
+//!   `WWW-Authenticate: Basic realm="Jenkins"` (`hudson/security/SecurityRealm.java` gives the
+//!   `BasicHeaderProcessor` a Spring `BasicAuthenticationEntryPoint`). No credentials on a page
+//!   that needs them: **403** "Authentication required" with `X-You-Are-Authenticated-As:
+//!   anonymous` and `X-Required-Permission` (`hudson/security/HudsonAuthenticationEntryPoint.java`).
+//! - CSRF: every POST needs a valid crumb in the `Jenkins-Crumb` header, else **403** "No valid
+//!   crumb was included in the request" (`hudson/security/csrf/CrumbFilter.java`) — except a
+//!   request authenticated by an API token, which `jenkins/security/ApiCrumbExclusion.java`
+//!   exempts (JENKINS-22474, Jenkins 2.96 and later). The double is faithful: a token needs no
+//!   crumb, a password does.
+//! - Deliberate difference: real crumbs are bound to the web session (2.176.2 and later); the
+//!   double has no sessions and binds a crumb to the user and a salt that
+//!   [`JenkinsDouble::rotate_crumbs`] changes (what a restart or an expired session does).
+//! - With neither a token nor a password configured, security is off: everything is allowed to
+//!   anonymous, and POSTs still need a crumb (Jenkins keeps CSRF protection on by default).
+//!
+//! # Fault switches
+//!
+//! Settable through [`JenkinsDouble`] and over HTTP under `/__double/` (a prefix Jenkins does not
+//! have; never delayed, failed or authenticated, and only meant for loopback): a delay per
+//! request, 500s on every Jenkins page, refusing connections (the listener is closed and
+//! re-opened on the same port), drift by hand (the live configuration changed outside JCasC),
+//! queue length, busy executors, quieting down, the version and the plugins.
+//!
+//! | admin endpoint | does |
+//! |---|---|
+//! | `GET /__double/state` | JSON: version, queue, executors, quieting down, faults, live configuration, reloads |
+//! | `POST /__double/faults` | JSON `{"delayMs": n, "fail500": bool}` (each optional) |
+//! | `POST /__double/refuse?seconds=n` | closes the listener for n seconds |
+//! | `POST /__double/drift` | YAML body, deep-merged into the live configuration |
+//! | `POST /__double/jenkins` | JSON `{"version", "queueLength", "busyExecutors", "quietingDown", "plugins": [{"shortName","version"}]}` (each optional) |
+
+mod casc;
+mod plugins;
+mod server;
+
+pub use casc::{CORE_ROOTS, CascError, PLUGIN_ROOTS};
+pub use plugins::{Plugin, scan_dir as scan_plugins_dir};
+
+use serde_json::{Map, Value};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How to start a double.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where to listen; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// The Jenkins version reported in `X-Jenkins`.
+    pub version: String,
+    /// The one user.
+    pub user: String,
+    /// The user's API token (crumb-exempt).
+    pub api_token: Option<String>,
+    /// A file holding the API token, re-read on every request (rotation needs no restart).
+    pub token_file: Option<PathBuf>,
+    /// The user's password (POSTs need a crumb).
+    pub password: Option<String>,
+    /// `CASC_JENKINS_CONFIG`: comma-separated files or directories. Loaded at start (an invalid
+    /// configuration fails the start, as it fails Jenkins' boot) and by every reload.
+    pub casc_config: Option<String>,
+    /// Installed plugins reported when no plugins directory is given.
+    pub plugins: Vec<Plugin>,
+    /// A plugins directory (`*.jpi`/`*.hpi`) scanned on every plugin manager request.
+    pub plugins_dir: Option<PathBuf>,
+    /// Executors of the built-in node unless the configuration sets `jenkins.numExecutors`.
+    pub num_executors: u32,
+    /// Job names listed in `/api/json`.
+    pub jobs: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            version: "2.479.3".into(),
+            user: "admin".into(),
+            api_token: None,
+            token_file: None,
+            password: None,
+            casc_config: None,
+            plugins: vec![Plugin::new("configuration-as-code", "1932.v75cb_b_f1b_698d")],
+            plugins_dir: None,
+            num_executors: 2,
+            jobs: Vec::new(),
+        }
+    }
+}
+
+/// Why a double did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The initial JCasC configuration is invalid (Jenkins would not boot).
+    #[error("the configuration in CASC_JENKINS_CONFIG={path} is invalid: {source}")]
+    Casc {
+        /// The configured sources.
+        path: String,
+        /// The plugin's message.
+        source: CascError,
+    },
+}
+
+/// One `/configuration-as-code/reload`, as the double saw it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Reload {
+    /// The configuration became live.
+    pub ok: bool,
+    /// The plugin's message when it did not.
+    pub message: Option<String>,
+}
+
+/// The fault switches.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Faults {
+    /// Added before every Jenkins answer.
+    pub delay_ms: u64,
+    /// Every Jenkins page answers 500.
+    pub fail500: bool,
+}
+
+/// What the double holds; all switches change it.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub version: String,
+    pub quieting_down: bool,
+    pub quiet_down_reason: Option<String>,
+    pub queue_length: u32,
+    pub busy_executors: u32,
+    pub plugins: Option<Vec<Plugin>>,
+    pub live: Map<String, Value>,
+    pub faults: Faults,
+    pub crumb_salt: u64,
+    pub reloads: Vec<Reload>,
+    pub checks: u32,
+    pub session: String,
+}
+
+pub(crate) struct Shared {
+    pub opts: Options,
+    pub addr: SocketAddr,
+    pub state: Mutex<State>,
+    /// false while refusing connections.
+    pub accepting: tokio::sync::watch::Sender<bool>,
+}
+
+impl Shared {
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock means a handler panicked mid-update; the state is still the best we have.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A running double. Dropping it stops the server.
+pub struct JenkinsDouble {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for JenkinsDouble {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl JenkinsDouble {
+    /// Binds, loads the initial configuration and serves on the current tokio runtime.
+    pub async fn start(opts: Options) -> Result<JenkinsDouble, StartError> {
+        let listener = tokio::net::TcpListener::bind(opts.listen)
+            .await
+            .map_err(|source| StartError::Listen { addr: opts.listen, source })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Listen { addr: opts.listen, source })?;
+        let live = match &opts.casc_config {
+            Some(path) => casc::load(path, &server::known_roots_for(&opts, None))
+                .map_err(|source| StartError::Casc { path: path.clone(), source })?,
+            None => Map::new(),
+        };
+        let session: u32 = rand_u64() as u32;
+        let state = State {
+            version: opts.version.clone(),
+            quieting_down: false,
+            quiet_down_reason: None,
+            queue_length: 0,
+            busy_executors: 0,
+            plugins: None,
+            live,
+            faults: Faults::default(),
+            crumb_salt: rand_u64(),
+            reloads: Vec::new(),
+            checks: 0,
+            session: format!("{session:08x}"),
+        };
+        let shared =
+            Arc::new(Shared { opts, addr, state: Mutex::new(state), accepting: tokio::sync::watch::Sender::new(true) });
+        let task = tokio::spawn(server::serve(shared.clone(), listener));
+        Ok(JenkinsDouble { shared, task })
+    }
+
+    /// `http://127.0.0.1:<port>` (no trailing slash).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.shared.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// Waits until the server task ends (never, unless it panics): what the binary runs.
+    pub async fn wait(mut self) {
+        let _ = (&mut self.task).await;
+    }
+
+    /// Delays every Jenkins answer by `delay`.
+    pub fn set_delay(&self, delay: Duration) {
+        self.shared.state().faults.delay_ms = delay.as_millis() as u64;
+    }
+
+    /// Every Jenkins page answers 500 while on.
+    pub fn set_fail_500(&self, on: bool) {
+        self.shared.state().faults.fail500 = on;
+    }
+
+    /// Closes the listener and drops open connections: connections are refused until
+    /// [`JenkinsDouble::accept_connections`].
+    pub fn refuse_connections(&self) {
+        self.shared.accepting.send_replace(false);
+    }
+
+    /// Listens again on the same address.
+    pub fn accept_connections(&self) {
+        self.shared.accepting.send_replace(true);
+    }
+
+    /// Changes the live configuration outside JCasC (someone clicked in the UI): `yaml` is
+    /// deep-merged into it.
+    pub fn drift(&self, yaml: &str) -> Result<(), CascError> {
+        let patch = casc::parse(yaml)?;
+        let mut st = self.shared.state();
+        let mut live = Value::Object(std::mem::take(&mut st.live));
+        casc::overlay(&mut live, &Value::Object(patch));
+        st.live = match live {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        Ok(())
+    }
+
+    /// Sets the number of queued items.
+    pub fn set_queue_length(&self, n: u32) {
+        self.shared.state().queue_length = n;
+    }
+
+    /// Sets the number of busy executors (capped at the executors there are).
+    pub fn set_busy_executors(&self, n: u32) {
+        self.shared.state().busy_executors = n;
+    }
+
+    /// Sets quieting down, as `/quietDown` and `/cancelQuietDown` do.
+    pub fn set_quieting_down(&self, on: bool) {
+        let mut st = self.shared.state();
+        st.quieting_down = on;
+        if !on {
+            st.quiet_down_reason = None;
+        }
+    }
+
+    /// Sets the version reported in `X-Jenkins`.
+    pub fn set_version(&self, version: &str) {
+        self.shared.state().version = version.into();
+    }
+
+    /// Replaces the installed plugins (overrides the plugins directory).
+    pub fn set_plugins(&self, plugins: Vec<Plugin>) {
+        self.shared.state().plugins = Some(plugins);
+    }
+
+    /// Invalidates every crumb handed out so far.
+    pub fn rotate_crumbs(&self) {
+        self.shared.state().crumb_salt = rand_u64();
+    }
+
+    /// Whether Jenkins is quieting down.
+    pub fn quieting_down(&self) -> bool {
+        self.shared.state().quieting_down
+    }
+
+    /// The live configuration (what JCasC last applied, plus drift).
+    pub fn live_config(&self) -> Value {
+        Value::Object(self.shared.state().live.clone())
+    }
+
+    /// Every reload so far, oldest first.
+    pub fn reloads(&self) -> Vec<Reload> {
+        self.shared.state().reloads.clone()
+    }
+
+    /// How many reloads made a configuration live.
+    pub fn applied_count(&self) -> usize {
+        self.shared.state().reloads.iter().filter(|r| r.ok).count()
+    }
+
+    /// How many checks were asked.
+    pub fn check_count(&self) -> u32 {
+        self.shared.state().checks
+    }
+}
+
+/// 64 random bits (crumb salts, session ids).
+pub(crate) fn rand_u64() -> u64 {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 8];
+    // The system RNG does not fail on the platforms we run on; a zero salt would still work.
+    let _ = ring::rand::SystemRandom::new().fill(&mut b);
+    u64::from_le_bytes(b)
+}

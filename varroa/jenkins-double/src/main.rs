@@ -1,0 +1,104 @@
+//! `varroa-jenkins-double`: the Jenkins double as a process, for devcluster's process runtime
+//! (the `jenkins` container of a Varroa pod) and the demo. Flags fall back to environment
+//! variables so the container's env configures it; `CASC_JENKINS_CONFIG` is the variable the
+//! operator already sets for real Jenkins.
+
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use varroa_jenkins_double::{JenkinsDouble, Options};
+
+/// A stand-in for Jenkins: the HTTP endpoints the mite uses, with Jenkins' status codes,
+/// headers and payloads, plus fault switches under /__double/.
+#[derive(Parser, Debug)]
+#[command(name = "varroa-jenkins-double", version)]
+struct Args {
+    /// Address to listen on (Jenkins' HTTP port in the pod is 8080).
+    #[arg(long, env = "JENKINS_DOUBLE_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The Jenkins version reported in X-Jenkins.
+    #[arg(long = "jenkins-version", env = "JENKINS_DOUBLE_VERSION", default_value = "2.479.3")]
+    jenkins_version: String,
+    /// The user that API tokens belong to.
+    #[arg(long, env = "JENKINS_DOUBLE_USER", default_value = "admin")]
+    user: String,
+    /// A file holding the user's API token (re-read on every request). Without it and without a
+    /// password, security is off.
+    #[arg(long, env = "JENKINS_DOUBLE_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// A file holding the user's password (POSTs with it need a crumb).
+    #[arg(long, env = "JENKINS_DOUBLE_PASSWORD_FILE")]
+    password_file: Option<PathBuf>,
+    /// JCasC sources: comma-separated files or directories, as Jenkins reads them.
+    #[arg(long, env = "CASC_JENKINS_CONFIG")]
+    casc_config: Option<String>,
+    /// Directory of installed plugins (*.jpi, *.hpi) to report, e.g. /usr/share/jenkins/ref/plugins.
+    #[arg(long, env = "JENKINS_DOUBLE_PLUGINS_DIR")]
+    plugins_dir: Option<PathBuf>,
+    /// Executors of the built-in node unless the configuration sets jenkins.numExecutors.
+    #[arg(long, env = "JENKINS_DOUBLE_EXECUTORS", default_value_t = 2)]
+    executors: u32,
+    /// Job names listed in /api/json (comma-separated).
+    #[arg(long, env = "JENKINS_DOUBLE_JOBS", value_delimiter = ',')]
+    jobs: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let args = Args::parse();
+    let password = match &args.password_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| anyhow::anyhow!("reading --password-file {}: {e}", p.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    if let Some(p) = &args.token_file {
+        std::fs::metadata(p).map_err(|e| anyhow::anyhow!("--token-file {}: {e}", p.display()))?;
+    }
+    let opts = Options {
+        listen: args.listen,
+        version: args.jenkins_version,
+        user: args.user,
+        api_token: None,
+        token_file: args.token_file,
+        password,
+        casc_config: args.casc_config,
+        plugins: if args.plugins_dir.is_some() { Vec::new() } else { Options::default().plugins },
+        plugins_dir: args.plugins_dir,
+        num_executors: args.executors,
+        jobs: args.jobs.into_iter().filter(|j| !j.is_empty()).collect(),
+    };
+    let double = JenkinsDouble::start(opts).await?;
+    tracing::info!(url = %double.url(), "Jenkins double is up");
+    tokio::select! {
+        _ = double_wait(double) => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = sigterm() => {}
+    }
+    Ok(())
+}
+
+async fn double_wait(d: JenkinsDouble) {
+    d.wait().await
+}
+
+#[cfg(unix)]
+async fn sigterm() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(not(unix))]
+async fn sigterm() {
+    std::future::pending::<()>().await
+}
