@@ -1,1 +1,22 @@
-//! varroa-mite: the sidecar next to each Jenkins controller; observes and configures Jenkins and keeps one gRPC stream to the gateway.
+//! varroa-mite: the sidecar next to each Jenkins controller. It observes and configures Jenkins
+//! through Jenkins' documented HTTP API on localhost and (in a later slice) keeps one gRPC stream
+//! to the gateway.
+//!
+//! - [`jenkins`]: the client for the Jenkins endpoints the mite uses (API token from a file,
+//!   CSRF crumbs, timeouts, bounded answers) and [`jenkins::Observation`]s with their deltas.
+//! - [`apply`]: applying a desired configuration the way JCasC expects (write, check, reload,
+//!   export and compare), never twice for the same digest unless Jenkins drifted.
+//! - [`plugins`]: `varroa-mite install-plugins`, the `plugins-init` step: locked, verified,
+//!   all-or-nothing plugin installation from an update site.
+//!
+//! Jenkins cannot run on our machines; every test here runs against varroa-jenkins-double over
+//! real HTTP. docs/varroa/jenkins-double.md lists the endpoints and the Jenkins sources they follow.
+
+pub mod apply;
+pub mod jenkins;
+pub mod plugins;
+
+/// Lowercase hex of bytes (digests).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

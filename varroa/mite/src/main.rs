@@ -1,0 +1,94 @@
+//! `varroa-mite`: one binary, one subcommand per role. `main` parses flags and dispatches; each
+//! subcommand is a library function with its own tests. (The long-running `run` subcommand, the
+//! gateway stream, is added as one more variant and one more match arm.)
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use varroa_mite::plugins::{InstallOptions, install};
+
+/// The Varroa mite: the sidecar next to each Jenkins controller.
+#[derive(Parser, Debug)]
+#[command(name = "varroa-mite", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Download the locked plugins, verify each against its SHA-256 and install them atomically
+    /// (the plugins-init container).
+    InstallPlugins(InstallPluginsArgs),
+}
+
+#[derive(Args, Debug)]
+struct InstallPluginsArgs {
+    /// plugins.txt: `name:version` lines.
+    #[arg(long, env = "VARROA_PLUGINS_FILE")]
+    plugins: PathBuf,
+    /// plugins-sha256.txt: `<hex>  <name>.hpi` lines (sha256sum format).
+    #[arg(long, env = "VARROA_PLUGINS_SHA256_FILE")]
+    sha256: PathBuf,
+    /// The update site root; plugins come from <site>/download/plugins/<name>/<version>/<name>.hpi.
+    #[arg(long, env = "VARROA_UPDATE_SITE")]
+    update_site: String,
+    /// Destination directory (the image's /usr/share/jenkins/ref/plugins); plugins land as <name>.jpi.
+    #[arg(long, env = "VARROA_PLUGINS_DEST")]
+    dest: PathBuf,
+    /// The largest plugin accepted, in bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    max_size: u64,
+    /// Tries per plugin on transient failures (connection errors, timeouts, 5xx, 429).
+    #[arg(long, default_value_t = 5)]
+    attempts: u32,
+    /// First back-off between tries, in milliseconds (doubles each try).
+    #[arg(long, default_value_t = 500)]
+    initial_backoff_ms: u64,
+    /// Longest back-off between tries, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    max_backoff_ms: u64,
+    /// The most one download may take, in seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout_secs: u64,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::InstallPlugins(args) => install_plugins(args).await,
+    }
+}
+
+async fn install_plugins(a: InstallPluginsArgs) -> ExitCode {
+    let opts = InstallOptions {
+        max_size: a.max_size,
+        attempts: a.attempts,
+        initial_backoff: Duration::from_millis(a.initial_backoff_ms),
+        max_backoff: Duration::from_millis(a.max_backoff_ms),
+        timeout: Duration::from_secs(a.timeout_secs),
+        ..InstallOptions::new(a.plugins, a.sha256, &a.update_site, a.dest)
+    };
+    match install(&opts).await {
+        Ok(installed) => {
+            let fetched = installed.iter().filter(|p| p.downloaded).count();
+            println!(
+                "installed {} plugin(s) into {} ({fetched} downloaded, {} already in place)",
+                installed.len(),
+                opts.dest.display(),
+                installed.len() - fetched
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("varroa-mite install-plugins: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
