@@ -1,1 +1,216 @@
-//! varroa-gateway: the gRPC server (mutual TLS) the mites dial; keeps their state in JetStream and pushes desired configuration down.
+//! varroa-gateway: the gRPC server (mutual TLS) the mites dial; keeps their state in JetStream
+//! and pushes desired configuration down.
+//!
+//! The pieces, in the order a connection meets them:
+//!
+//! - [`conn`]: the accept loop and TLS handshake ([`tls`]: mutual TLS whose CA file is re-read
+//!   for every new handshake, so a rotated CA needs no restart).
+//! - [`service`]: the `MiteLink.Connect` stream: identity checks, one stream per cell, the
+//!   `varroa_mites` entry, desired configuration pushed down.
+//! - [`desired`]: the mirror of the `varroa_desired` bucket the streams read.
+//! - NATS through [`varroa_link::nats::connect`]: the credential is re-read from its file on
+//!   every reconnect, so a rotated password needs no restart either.
+//!
+//! Several replicas run behind one Service and share nothing but NATS. docs/varroa/gateway.md is
+//! the operating guide.
+
+pub mod conn;
+pub mod desired;
+pub mod metrics;
+pub mod service;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use opkit::health::{HealthServer, Readiness};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use varroa_link::nats::ConnectSettings;
+use varroa_link::proto::v1::mite_link_server::MiteLinkServer;
+
+pub use service::{Gateway, GatewayOptions};
+pub use tls::{ReloadingTls, TlsFiles};
+
+/// Everything the gateway needs to run.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The gRPC (mutual TLS) listen address.
+    pub listen: SocketAddr,
+    /// The plain-HTTP address of `/healthz`, `/readyz` and `/metrics`.
+    pub health_listen: SocketAddr,
+    /// The TLS files.
+    pub tls: TlsFiles,
+    /// How to reach NATS.
+    pub nats: ConnectSettings,
+    /// JetStream replicas of the buckets when the gateway creates them.
+    pub bucket_replicas: usize,
+    /// The stream behaviour.
+    pub options: GatewayOptions,
+}
+
+/// Errors starting the gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The TLS files are not usable.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// A listen address cannot be bound.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Listen {
+        /// Which listener.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The health server failed to start.
+    #[error("health server: {0}")]
+    Health(String),
+    /// NATS could not be set up (an invalid URL; an unreachable server is retried instead).
+    #[error(transparent)]
+    Nats(#[from] varroa_link::nats::NatsError),
+}
+
+/// A started gateway.
+pub struct RunningGateway {
+    /// The gRPC address it listens on.
+    pub grpc_addr: SocketAddr,
+    /// The health/metrics address.
+    pub health_addr: SocketAddr,
+    /// The service (for inspection in tests).
+    pub gateway: Gateway,
+    /// Readiness (ready once the buckets are open and NATS is connected).
+    pub readiness: Readiness,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningGateway {
+    /// Stops accepting, ends the streams (the mites reconnect elsewhere) and waits for the tasks.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// Waits until the gateway stops by itself (it does not, unless a task fails).
+    pub async fn wait(&mut self) {
+        if let Some(t) = self.tasks.first_mut() {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Binds the listeners and starts serving; returns at once (NATS is connected in the background,
+/// and streams are refused with `UNAVAILABLE` until it is).
+pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> {
+    let metrics = Arc::new(metrics::Metrics::default());
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let m = metrics.clone();
+    let tls = Arc::new(ReloadingTls::new(config.tls.clone(), move |ok| m.tls_reload(ok))?);
+    let listener = TcpListener::bind(config.listen).await.map_err(|source| StartError::Listen {
+        what: "gRPC",
+        addr: config.listen,
+        source,
+    })?;
+    let grpc_addr =
+        listener.local_addr().map_err(|source| StartError::Listen { what: "gRPC", addr: config.listen, source })?;
+    let readiness = Readiness::new();
+    readiness.set_not_ready("connecting to NATS");
+    let health = HealthServer::bind(config.health_listen, readiness.clone(), Arc::new(registry))
+        .await
+        .map_err(|e| StartError::Health(e.to_string()))?;
+    let health_addr = health.local_addr();
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let client = varroa_link::nats::connect(&config.nats).await?;
+    let (mites_tx, mites_rx) = watch::channel(None);
+    let desired = Arc::new(desired::DesiredCache::default());
+    let gateway = Gateway::new(config.options.clone(), mites_rx, desired.clone(), metrics.clone());
+
+    let mut tasks = Vec::new();
+    // gRPC: our accept loop feeds tonic.
+    let (conn_tx, mut conn_rx) = mpsc::channel::<conn::MiteConn>(64);
+    tasks.push(tokio::spawn(conn::accept_loop(listener, tls, metrics.clone(), conn_tx)));
+    let incoming = futures::stream::poll_fn(move |cx| conn_rx.poll_recv(cx).map(|c| c.map(Ok::<_, std::io::Error>)));
+    let server = MiteLinkServer::new(gateway.clone())
+        .max_decoding_message_size(varroa_link::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(varroa_link::MAX_MESSAGE_BYTES);
+    let keepalive = config.options.heartbeat_interval.max(Duration::from_secs(5));
+    let grpc = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(keepalive))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .max_concurrent_streams(Some(8))
+        .add_service(server)
+        .serve_with_incoming_shutdown(incoming, stopped(shutdown_rx.clone()));
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = grpc.await {
+            tracing::error!(error = %e, "gRPC server stopped");
+        }
+    }));
+    tasks.push(tokio::spawn({
+        let rx = shutdown_rx.clone();
+        async move {
+            if let Err(e) = health.serve(stopped(rx)).await {
+                tracing::error!(error = %e, "health server stopped");
+            }
+        }
+    }));
+    // NATS: open the buckets (retrying), then watch varroa_desired and track readiness.
+    let replicas = config.bucket_replicas;
+    let ready = readiness.clone();
+    let mut stop = shutdown_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let js = async_nats::jetstream::new(client.clone());
+        let mut backoff = Duration::from_millis(100);
+        let (mites, desired_store) = loop {
+            let opened = async {
+                let m = varroa_link::kv::open_mites(&js, replicas).await?;
+                let d = varroa_link::kv::open_desired(&js, replicas).await?;
+                Ok::<_, varroa_link::kv::KvError>((m, d))
+            };
+            tokio::select! {
+                r = opened => match r {
+                    Ok(stores) => break stores,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot open the JetStream buckets yet; retrying");
+                        ready.set_not_ready(format!("NATS: {e}"));
+                    }
+                },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {},
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        };
+        let _ = mites_tx.send(Some(mites));
+        let watcher = tokio::spawn(desired::watch_desired(desired_store, desired));
+        // Readiness follows the NATS connection.
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    match client.connection_state() {
+                        async_nats::connection::State::Connected => ready.set_ready(),
+                        other => ready.set_not_ready(format!("NATS {other}")),
+                    }
+                }
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        watcher.abort();
+    }));
+    Ok(RunningGateway { grpc_addr, health_addr, gateway, readiness, shutdown: shutdown_tx, tasks })
+}

@@ -1,0 +1,69 @@
+//! The gateway's Prometheus metrics (served on `/metrics` of the health port).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reason {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: String,
+}
+
+/// The gateway's metrics. Label values come from fixed sets (never from client input).
+#[derive(Default)]
+pub struct Metrics {
+    streams: Gauge,
+    refused: Family<Reason, Counter>,
+    messages: Family<Kind, Counter>,
+    desired_pushed: Counter,
+    kv_write_errors: Counter,
+    tls_reloads: Family<Reason, Counter>,
+}
+
+impl Metrics {
+    /// Registers every metric in `registry` under the `varroa_gateway_` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("varroa_gateway");
+        r.register("streams", "Mite streams open on this replica", self.streams.clone());
+        r.register("refused", "Connections and streams refused, by reason", self.refused.clone());
+        r.register("messages", "Messages received from mites, by kind", self.messages.clone());
+        r.register("desired_pushed", "Desired configurations sent down to mites", self.desired_pushed.clone());
+        r.register(
+            "kv_write_errors",
+            "Failed writes to the varroa_mites bucket (retried)",
+            self.kv_write_errors.clone(),
+        );
+        r.register("tls_reloads", "TLS file changes, by result (ok, failed)", self.tls_reloads.clone());
+    }
+    /// Counts a refusal.
+    pub fn refused(&self, reason: &'static str) {
+        self.refused.get_or_create(&Reason { reason: reason.into() }).inc();
+    }
+    /// Counts a received message.
+    pub fn message(&self, kind: &'static str) {
+        self.messages.get_or_create(&Kind { kind: kind.into() }).inc();
+    }
+    /// A stream opened (+1) or closed (-1).
+    pub fn stream(&self, delta: i64) {
+        self.streams.inc_by(delta);
+    }
+    /// Counts a pushed desired configuration.
+    pub fn desired_pushed(&self) {
+        self.desired_pushed.inc();
+    }
+    /// Counts a failed KV write.
+    pub fn kv_write_error(&self) {
+        self.kv_write_errors.inc();
+    }
+    /// Counts a TLS reload.
+    pub fn tls_reload(&self, ok: bool) {
+        self.tls_reloads.get_or_create(&Reason { reason: if ok { "ok" } else { "failed" }.into() }).inc();
+    }
+}

@@ -1,0 +1,449 @@
+//! The `MiteLink` service: one stream per mite cell.
+//!
+//! A stream goes through:
+//!
+//! 1. **Who.** The connection's [`PeerInfo`] must carry a mite identity (the handshake already
+//!    proved the certificate chains to the CA and is unexpired); the first message must be a
+//!    `Hello`, within [`GatewayOptions::hello_timeout`], whose `identity` equals the
+//!    certificate's URI SAN and whose names are valid key parts; when the controller's desired
+//!    entry says how many cells it has, the cell ordinal must be below that. Anything else ends
+//!    the stream with `UNAUTHENTICATED`, `PERMISSION_DENIED` or `INVALID_ARGUMENT`, logged with
+//!    the peer address and identities (never certificates or keys).
+//! 2. **One stream per cell.** A newer stream for the same (identity, cell) *replaces* the older
+//!    one, which is sent an `Error { code: "replaced" }` and closed. Replacing (rather than
+//!    refusing the newcomer) is what a reconnecting mite needs: its old connection may be
+//!    half-open for minutes (a dead NAT entry, a killed node) before keepalives notice, and the
+//!    mite must not be locked out meanwhile. Across replicas the same holds through the
+//!    `varroa_mites` entry: it records the stream's random `session`, every write is a
+//!    compare-and-set on the entry's revision, and a replica whose write finds another session
+//!    there ends its stream as replaced (and never writes `connected: false` over the newer one).
+//! 3. **State.** The entry is written on hello (`connected`, `since`, replica, session,
+//!    heartbeat; the observation and last apply result of the previous stream are kept), on every
+//!    observation delta (merged) and apply result, on heartbeats at most once per heartbeat
+//!    interval, and with `connected: false` when the stream ends. A write that fails (NATS down)
+//!    leaves the entry dirty and is retried every second; the stream stays up meanwhile.
+//! 4. **Desired.** The controller's current desired entry is sent after the `Welcome`, and each
+//!    new one as the `varroa_desired` watch delivers it; a digest is sent once per stream.
+//! 5. **Liveness.** A stream silent for three heartbeat intervals is closed
+//!    (`Error { code: "heartbeat_timeout" }`).
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::kv::{Store, UpdateErrorKind};
+use futures::Stream;
+use jiff::Timestamp;
+use tokio::sync::{mpsc, watch};
+use tonic::{Request, Response, Status, Streaming};
+use varroa_link::kv::{self, ApplyResultRecord, ControllerKey, MiteEntry, MiteKey};
+use varroa_link::proto::v1::{
+    self as pb, GatewayMessage, MiteMessage, gateway_message, mite_link_server::MiteLink, mite_message,
+};
+
+use crate::conn::PeerInfo;
+use crate::desired::DesiredCache;
+use crate::metrics::Metrics;
+
+/// How the service behaves.
+#[derive(Debug, Clone)]
+pub struct GatewayOptions {
+    /// This replica's name (written into `varroa_mites` and the `Welcome`).
+    pub replica: String,
+    /// How often mites send heartbeats (told in the `Welcome`).
+    pub heartbeat_interval: Duration,
+    /// How long the first message (`Hello`) may take.
+    pub hello_timeout: Duration,
+}
+
+/// The highest cell ordinal accepted when the controller's cell count is unknown.
+pub const MAX_CELL: u32 = 9_999;
+/// How often a dirty entry is written again after a failed write.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// How long one KV operation may take before it counts as failed.
+const KV_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The state the streams share.
+pub struct Shared {
+    options: GatewayOptions,
+    mites: watch::Receiver<Option<Store>>,
+    desired: Arc<DesiredCache>,
+    metrics: Arc<Metrics>,
+    /// Local streams by cell: the session id and the sender that tells it it was replaced.
+    sessions: Mutex<HashMap<MiteKey, (String, watch::Sender<bool>)>>,
+}
+
+/// The service (cheap to clone).
+#[derive(Clone)]
+pub struct Gateway {
+    shared: Arc<Shared>,
+}
+
+impl Gateway {
+    /// A service writing into the `varroa_mites` store once `mites` holds one.
+    pub fn new(
+        options: GatewayOptions,
+        mites: watch::Receiver<Option<Store>>,
+        desired: Arc<DesiredCache>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Gateway { shared: Arc::new(Shared { options, mites, desired, metrics, sessions: Mutex::default() }) }
+    }
+
+    /// How many streams this replica holds.
+    pub fn stream_count(&self) -> usize {
+        self.shared.sessions.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+type Outbound = Pin<Box<dyn Stream<Item = Result<GatewayMessage, Status>> + Send>>;
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+fn session_id() -> String {
+    let mut b = [0u8; 12];
+    // ring's system RNG; a failure (no entropy source) would leave zeros, still unique enough
+    // together with the replica name and time for telling streams apart.
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn message(kind: gateway_message::Kind) -> GatewayMessage {
+    GatewayMessage { kind: Some(kind) }
+}
+
+#[tonic::async_trait]
+impl MiteLink for Gateway {
+    type ConnectStream = Outbound;
+
+    async fn connect(&self, request: Request<Streaming<MiteMessage>>) -> Result<Response<Outbound>, Status> {
+        let s = &self.shared;
+        let Some(peer) = request.extensions().get::<PeerInfo>().cloned() else {
+            s.metrics.refused("no_peer_info");
+            return Err(Status::unauthenticated("no verified client certificate"));
+        };
+        let cert_identity = match peer.identity {
+            Ok(id) => id,
+            Err(reason) => {
+                tracing::warn!(peer = %peer.addr, %reason, "stream refused: the client certificate names no mite identity");
+                s.metrics.refused("no_identity");
+                return Err(Status::permission_denied(format!(
+                    "the client certificate names no mite identity: {reason}"
+                )));
+            }
+        };
+        let Some(store) = s.mites.borrow().clone() else {
+            s.metrics.refused("not_ready");
+            return Err(Status::unavailable("the gateway is not connected to NATS yet; retry"));
+        };
+        let mut inbound = request.into_inner();
+        let hello = match tokio::time::timeout(s.options.hello_timeout, inbound.message()).await {
+            Ok(Ok(Some(MiteMessage { kind: Some(mite_message::Kind::Hello(h)) }))) => h,
+            Ok(Ok(Some(_))) => {
+                s.metrics.refused("no_hello");
+                return Err(Status::invalid_argument("the first message must be a Hello"));
+            }
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                s.metrics.refused("no_hello");
+                return Err(Status::cancelled("the stream ended before a Hello"));
+            }
+            Err(_) => {
+                s.metrics.refused("hello_timeout");
+                return Err(Status::deadline_exceeded(format!("no Hello within {:?}", s.options.hello_timeout)));
+            }
+        };
+        let cert_uri = cert_identity.uri();
+        if hello.identity != cert_uri {
+            tracing::warn!(peer = %peer.addr, certificate = %cert_uri, claimed = %hello.identity, "stream refused: the hello claims another identity");
+            s.metrics.refused("identity_mismatch");
+            return Err(Status::permission_denied(format!(
+                "the hello names {:?} but the client certificate is {cert_uri}",
+                hello.identity
+            )));
+        }
+        let controller = ControllerKey::new(&cert_identity.namespace, &cert_identity.controller).map_err(|e| {
+            s.metrics.refused("invalid_name");
+            Status::invalid_argument(e.to_string())
+        })?;
+        let cells = s.desired.current(&controller).and_then(|d| d.cells);
+        let limit = cells.map(|c| c.saturating_sub(1)).unwrap_or(MAX_CELL);
+        if hello.cell > limit || cells == Some(0) {
+            tracing::warn!(peer = %peer.addr, identity = %cert_uri, cell = hello.cell, ?cells, "stream refused: cell ordinal out of range");
+            s.metrics.refused("cell_out_of_range");
+            return Err(Status::permission_denied(format!(
+                "cell {} is out of range: the controller has {} cell(s)",
+                hello.cell,
+                cells.map_or_else(|| format!("at most {}", MAX_CELL + 1), |c| c.to_string())
+            )));
+        }
+        let key = controller.cell(hello.cell);
+        let session = session_id();
+        let (replaced_tx, replaced_rx) = watch::channel(false);
+        if let Some((_, old)) =
+            s.sessions.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), (session.clone(), replaced_tx))
+        {
+            tracing::info!(mite = %key, "a newer stream replaces this cell's open stream");
+            let _ = old.send(true);
+        }
+        tracing::info!(peer = %peer.addr, mite = %key, jenkins = %hello.jenkins_version, mite_version = %hello.mite_version, "mite connected");
+        s.metrics.stream(1);
+
+        let (tx, rx) = mpsc::channel::<Result<GatewayMessage, Status>>(16);
+        let welcome = pb::Welcome {
+            gateway_replica: s.options.replica.clone(),
+            heartbeat_interval_seconds: s.options.heartbeat_interval.as_secs().max(1) as u32,
+        };
+        // Room for 16: cannot be full yet.
+        let _ = tx.try_send(Ok(message(gateway_message::Kind::Welcome(welcome))));
+        let mut session = Session {
+            shared: self.shared.clone(),
+            store,
+            key,
+            controller,
+            id: session,
+            entry: MiteEntry::default(),
+            revision: None,
+            dirty: true,
+            landed: false,
+            last_write: None,
+            last_sent_digest: None,
+            hello,
+        };
+        session.first_write().await;
+        tokio::spawn(async move { session.run(inbound, tx, replaced_rx).await });
+        let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+struct Session {
+    shared: Arc<Shared>,
+    store: Store,
+    key: MiteKey,
+    controller: ControllerKey,
+    id: String,
+    entry: MiteEntry,
+    revision: Option<u64>,
+    dirty: bool,
+    landed: bool,
+    last_write: Option<Instant>,
+    last_sent_digest: Option<String>,
+    hello: pb::Hello,
+}
+
+enum Write {
+    Done,
+    Failed,
+    Replaced,
+}
+
+enum End {
+    Closed,
+    Replaced,
+    HeartbeatTimeout,
+}
+
+impl Session {
+    /// Reads the cell's entry (keeping its observation and last apply) and writes the new stream.
+    async fn first_write(&mut self) {
+        let previous = match tokio::time::timeout(KV_TIMEOUT, self.store.entry(self.key.to_string())).await {
+            Ok(Ok(e)) => e,
+            _ => None,
+        };
+        if let Some(prev) = previous {
+            if let Ok(old) = kv::decode_mite(&prev.key, &prev.value) {
+                self.entry.observation = old.observation;
+                self.entry.last_apply_result = old.last_apply_result;
+            }
+            self.revision = Some(prev.revision);
+        }
+        let t = now();
+        self.entry.connected = true;
+        self.entry.since = Some(t);
+        self.entry.last_heartbeat = Some(t);
+        self.entry.gateway_replica = self.shared.options.replica.clone();
+        self.entry.session = self.id.clone();
+        self.entry.jenkins_version = self.hello.jenkins_version.clone();
+        self.entry.plugin_digest = self.hello.plugin_digest.clone();
+        self.entry.mite_version = self.hello.mite_version.clone();
+        // On hello, this stream takes the cell over whoever wrote it before.
+        let _ = self.write().await;
+    }
+
+    /// Writes the entry. Until this stream's first write lands, a revision conflict is resolved in
+    /// its favour (the hello takes the cell over); afterwards a conflict with another session
+    /// means this stream was replaced.
+    async fn write(&mut self) -> Write {
+        let take_over = !self.landed;
+        let key = self.key.to_string();
+        for _ in 0..3 {
+            let value = kv::encode(&self.entry);
+            let result = match self.revision {
+                Some(rev) => tokio::time::timeout(KV_TIMEOUT, self.store.update(&key, value, rev))
+                    .await
+                    .map(|r| r.map_err(|e| e.kind() == UpdateErrorKind::WrongLastRevision)),
+                None => tokio::time::timeout(KV_TIMEOUT, self.store.create(&key, value))
+                    .await
+                    .map(|r| r.map_err(|e| e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists)),
+            };
+            match result {
+                Ok(Ok(rev)) => {
+                    self.revision = Some(rev);
+                    self.landed = true;
+                    self.dirty = false;
+                    self.last_write = Some(Instant::now());
+                    return Write::Done;
+                }
+                Ok(Err(true)) => {
+                    // Someone else wrote the entry: take it over (hello), or see who.
+                    match tokio::time::timeout(KV_TIMEOUT, self.store.entry(&key)).await {
+                        Ok(Ok(Some(current))) => {
+                            let theirs =
+                                kv::decode_mite(&current.key, &current.value).map(|e| e.session).unwrap_or_default();
+                            if !take_over
+                                && theirs != self.id
+                                && current.operation == async_nats::jetstream::kv::Operation::Put
+                            {
+                                return Write::Replaced;
+                            }
+                            self.revision = Some(current.revision);
+                        }
+                        Ok(Ok(None)) => self.revision = None,
+                        _ => break,
+                    }
+                }
+                Ok(Err(false)) | Err(_) => break,
+            }
+        }
+        self.shared.metrics.kv_write_error();
+        tracing::warn!(mite = %self.key, "cannot write varroa_mites; retrying");
+        self.dirty = true;
+        Write::Failed
+    }
+
+    async fn send_desired(
+        &mut self,
+        tx: &mpsc::Sender<Result<GatewayMessage, Status>>,
+        current: &crate::desired::Current,
+    ) {
+        let Some(d) = current else { return };
+        if self.last_sent_digest.as_deref() == Some(d.digest.as_str()) {
+            return;
+        }
+        if tx.send(Ok(message(gateway_message::Kind::Desired(d.to_message())))).await.is_ok() {
+            tracing::info!(mite = %self.key, digest = %d.digest, "desired configuration sent");
+            self.shared.metrics.desired_pushed();
+            self.last_sent_digest = Some(d.digest.clone());
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut inbound: Streaming<MiteMessage>,
+        tx: mpsc::Sender<Result<GatewayMessage, Status>>,
+        mut replaced: watch::Receiver<bool>,
+    ) {
+        let heartbeat = self.shared.options.heartbeat_interval;
+        let mut desired = self.shared.desired.subscribe(&self.controller);
+        let current = desired.borrow_and_update().clone();
+        self.send_desired(&tx, &current).await;
+        let mut retry = tokio::time::interval(RETRY_EVERY);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut deadline = tokio::time::Instant::now() + heartbeat * 3;
+        let mut heartbeat_pending = false;
+        let end = loop {
+            tokio::select! {
+                msg = inbound.message() => {
+                    let msg = match msg {
+                        Ok(Some(m)) => m,
+                        Ok(None) | Err(_) => break End::Closed,
+                    };
+                    deadline = tokio::time::Instant::now() + heartbeat * 3;
+                    self.entry.last_heartbeat = Some(now());
+                    let write_now = match msg.kind {
+                        Some(mite_message::Kind::Heartbeat(_)) => {
+                            self.shared.metrics.message("heartbeat");
+                            heartbeat_pending = true;
+                            self.last_write.is_none_or(|t| t.elapsed() >= heartbeat)
+                        }
+                        Some(mite_message::Kind::Observation(delta)) => {
+                            self.shared.metrics.message("observation");
+                            self.entry.observation.merge(&delta)
+                        }
+                        Some(mite_message::Kind::ApplyResult(r)) => {
+                            self.shared.metrics.message("apply_result");
+                            tracing::info!(mite = %self.key, digest = %r.digest, succeeded = r.succeeded, "apply result");
+                            self.entry.last_apply_result = Some(ApplyResultRecord::from(&r));
+                            true
+                        }
+                        Some(mite_message::Kind::Hello(_)) => {
+                            self.shared.metrics.message("hello_again");
+                            let _ = tx.send(Err(Status::invalid_argument("Hello is only valid as the first message"))).await;
+                            break End::Closed;
+                        }
+                        None => { self.shared.metrics.message("unknown"); false }
+                    };
+                    if write_now || self.dirty {
+                        heartbeat_pending = false;
+                        if let Write::Replaced = self.write().await { break End::Replaced; }
+                    }
+                }
+                changed = desired.changed() => {
+                    if changed.is_err() { break End::Closed; }
+                    let current = desired.borrow_and_update().clone();
+                    self.send_desired(&tx, &current).await;
+                }
+                _ = replaced.changed() => break End::Replaced,
+                _ = tokio::time::sleep_until(deadline) => break End::HeartbeatTimeout,
+                _ = retry.tick() => {
+                    let due = heartbeat_pending && self.last_write.is_none_or(|t| t.elapsed() >= heartbeat);
+                    if self.dirty || due {
+                        heartbeat_pending = false;
+                        if let Write::Replaced = self.write().await { break End::Replaced; }
+                    }
+                }
+                _ = tx.closed() => break End::Closed,
+            }
+        };
+        self.finish(end, &tx).await;
+    }
+
+    async fn finish(mut self, end: End, tx: &mpsc::Sender<Result<GatewayMessage, Status>>) {
+        let s = self.shared.clone();
+        s.metrics.stream(-1);
+        let ours = {
+            let mut sessions = s.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            let ours = sessions.get(&self.key).is_some_and(|(id, _)| *id == self.id);
+            if ours {
+                sessions.remove(&self.key);
+            }
+            ours
+        };
+        s.desired.release(&self.controller);
+        let error = |code: &str, text: &str| {
+            message(gateway_message::Kind::Error(pb::Error { code: code.into(), message: text.into() }))
+        };
+        match end {
+            End::Replaced => {
+                tracing::info!(mite = %self.key, "stream replaced by a newer one");
+                let _ = tx.try_send(Ok(error("replaced", "a newer stream for this controller cell took over")));
+                return;
+            }
+            End::HeartbeatTimeout => {
+                tracing::warn!(mite = %self.key, "no message for three heartbeat intervals; closing the stream");
+                let _ = tx.try_send(Ok(error("heartbeat_timeout", "no message for three heartbeat intervals")));
+            }
+            End::Closed => tracing::info!(mite = %self.key, "mite disconnected"),
+        }
+        if !ours || !self.landed {
+            return;
+        }
+        self.entry.connected = false;
+        self.entry.disconnected_at = Some(now());
+        // Only if the entry is still this session's (a write conflict with another means replaced).
+        let _ = self.write().await;
+    }
+}

@@ -1,0 +1,481 @@
+//! The gateway with a real nats-server, real TLS and real gRPC; the mites are test clients.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream::kv::Store;
+use tokio::sync::mpsc;
+use tonic::Streaming;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use varroa_gateway::{GatewayConfig, GatewayOptions, RunningGateway, TlsFiles};
+use varroa_link::kv::{self, ControllerKey, DesiredEntry, MiteEntry};
+use varroa_link::nats::ConnectSettings;
+use varroa_link::proto::v1::{
+    self as pb, GatewayMessage, MiteMessage, gateway_message, mite_link_client::MiteLinkClient, mite_message,
+};
+use varroa_link::testing::NatsServer;
+use varroa_pki::{CertificateAuthority, IssuedCert, MiteIdentity};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+const DAY: Duration = Duration::from_secs(86_400);
+
+struct Harness {
+    nats: NatsServer,
+    dir: tempfile::TempDir,
+    ca: CertificateAuthority,
+    tls: TlsFiles,
+    gw: Option<RunningGateway>,
+    mites: Store,
+    desired: Store,
+    creds: Option<PathBuf>,
+}
+
+impl Harness {
+    async fn start() -> Harness {
+        Self::start_inner(None).await
+    }
+
+    async fn start_with_auth(password: &str) -> Harness {
+        Self::start_inner(Some(password)).await
+    }
+
+    async fn start_inner(password: Option<&str>) -> Harness {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CertificateAuthority::generate("varroa test gateway CA", DAY).unwrap();
+        let server = ca.issue_server(&["localhost".into()], DAY, SystemTime::now()).unwrap();
+        let tls = TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            ca: dir.path().join("ca.crt"),
+        };
+        std::fs::write(&tls.cert, &server.cert_pem).unwrap();
+        std::fs::write(&tls.key, &server.key_pem).unwrap();
+        std::fs::write(&tls.ca, ca.cert_pem()).unwrap();
+        let (nats, creds) = match password {
+            Some(pw) => {
+                let creds = dir.path().join("nats-credentials");
+                NatsServer::write_credentials(&creds, "gateway", pw).unwrap();
+                (NatsServer::start_with_auth("gateway", pw).unwrap(), Some(creds))
+            }
+            None => (NatsServer::start().unwrap(), None),
+        };
+        let settings = ConnectSettings {
+            url: nats.url(),
+            credentials_file: creds.clone(),
+            name: "test".into(),
+            max_reconnect_delay: Duration::from_millis(250),
+        };
+        let js = async_nats::jetstream::new(varroa_link::nats::connect(&settings).await.unwrap());
+        let mites = kv::open_mites(&js, 1).await.unwrap();
+        let desired = kv::open_desired(&js, 1).await.unwrap();
+        let mut h = Harness { nats, dir, ca, tls, gw: None, mites, desired, creds };
+        h.start_gateway().await;
+        h
+    }
+
+    async fn start_gateway(&mut self) {
+        let config = GatewayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            health_listen: "127.0.0.1:0".parse().unwrap(),
+            tls: self.tls.clone(),
+            nats: ConnectSettings {
+                url: self.nats.url(),
+                credentials_file: self.creds.clone(),
+                name: "varroa-gateway/test".into(),
+                max_reconnect_delay: Duration::from_millis(250),
+            },
+            bucket_replicas: 1,
+            options: GatewayOptions {
+                replica: "gw-test-0".into(),
+                heartbeat_interval: Duration::from_secs(1),
+                hello_timeout: Duration::from_secs(5),
+            },
+        };
+        let gw = varroa_gateway::start(config).await.unwrap();
+        let ready = gw.readiness.clone();
+        eventually("the gateway is ready", || {
+            let ready = ready.clone();
+            async move { ready.is_ready().then_some(()) }
+        })
+        .await;
+        self.gw = Some(gw);
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        self.gw.as_ref().unwrap().grpc_addr
+    }
+
+    fn mite_cert(&self, ns: &str, name: &str) -> IssuedCert {
+        self.ca.issue_mite(&MiteIdentity::new(ns, name), DAY, SystemTime::now()).unwrap()
+    }
+
+    async fn dial(&self, cert: Option<&IssuedCert>, hello: pb::Hello) -> Result<TestMite, String> {
+        TestMite::dial(self.addr(), self.ca.cert_pem(), cert, hello).await
+    }
+
+    async fn entry(&self, ns: &str, name: &str, cell: u32) -> Option<MiteEntry> {
+        let key = ControllerKey::new(ns, name).unwrap().cell(cell).to_string();
+        let value = self.mites.get(&key).await.ok()??;
+        Some(kv::decode_mite(&key, &value).unwrap())
+    }
+
+    async fn wait_entry(
+        &self,
+        ns: &str,
+        name: &str,
+        cell: u32,
+        what: &str,
+        pred: impl Fn(&MiteEntry) -> bool,
+    ) -> MiteEntry {
+        eventually(what, || async { self.entry(ns, name, cell).await.filter(|e| pred(e)) }).await
+    }
+
+    async fn put_desired(&self, ns: &str, name: &str, digest: &str, cells: Option<u32>) -> DesiredEntry {
+        let entry = DesiredEntry {
+            digest: digest.into(),
+            files: BTreeMap::from([(
+                "jenkins.yaml".to_string(),
+                format!("# {digest}\njenkins:\n  systemMessage: hi\n"),
+            )]),
+            cells,
+        };
+        let key = ControllerKey::new(ns, name).unwrap().to_string();
+        eventually("the desired entry is written", || async { self.desired.put(&key, kv::encode(&entry)).await.ok() })
+            .await;
+        entry
+    }
+
+    async fn metrics(&self) -> String {
+        let url = format!("http://{}/metrics", self.gw.as_ref().unwrap().health_addr);
+        reqwest::get(url).await.unwrap().text().await.unwrap()
+    }
+}
+
+fn hello(ns: &str, name: &str, cell: u32) -> pb::Hello {
+    pb::Hello {
+        identity: MiteIdentity::new(ns, name).uri(),
+        cell,
+        jenkins_version: "2.479.1".into(),
+        plugin_digest: "sha256:plugins".into(),
+        mite_version: "0.1.0".into(),
+    }
+}
+
+/// Polls `f` until it yields a value, failing the test after [`DEADLINE`].
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[derive(Debug)]
+struct TestMite {
+    tx: mpsc::Sender<MiteMessage>,
+    rx: Streaming<GatewayMessage>,
+    heartbeats: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for TestMite {
+    fn drop(&mut self) {
+        if let Some(h) = self.heartbeats.take() {
+            h.abort();
+        }
+    }
+}
+
+impl TestMite {
+    async fn dial(
+        addr: std::net::SocketAddr,
+        server_ca: &str,
+        cert: Option<&IssuedCert>,
+        hello: pb::Hello,
+    ) -> Result<TestMite, String> {
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(server_ca)).domain_name("localhost");
+        if let Some(c) = cert {
+            tls = tls.identity(Identity::from_pem(&c.cert_pem, &c.key_pem));
+        }
+        let endpoint = Endpoint::from_shared(format!("https://localhost:{}", addr.port()))
+            .map_err(|e| e.to_string())?
+            .tls_config(tls)
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(5));
+        let channel = endpoint.connect().await.map_err(|e| format!("connect: {e:?}"))?;
+        let (tx, mut out) = mpsc::channel::<MiteMessage>(16);
+        tx.send(MiteMessage { kind: Some(mite_message::Kind::Hello(hello)) }).await.unwrap();
+        let outbound = futures::stream::poll_fn(move |cx| out.poll_recv(cx));
+        let response = MiteLinkClient::new(channel)
+            .connect(outbound)
+            .await
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+        let mut mite = TestMite { tx, rx: response.into_inner(), heartbeats: None };
+        match mite.next().await {
+            Some(gateway_message::Kind::Welcome(w)) => {
+                // Heartbeat as a mite does, at the interval the Welcome asks for (halved).
+                let tx = mite.tx.clone();
+                let every = Duration::from_millis(u64::from(w.heartbeat_interval_seconds) * 500);
+                mite.heartbeats = Some(tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(every).await;
+                        let beat = MiteMessage {
+                            kind: Some(mite_message::Kind::Heartbeat(pb::Heartbeat { sent_at_unix_ms: 0 })),
+                        };
+                        if tx.send(beat).await.is_err() {
+                            return;
+                        }
+                    }
+                }));
+                Ok(mite)
+            }
+            other => Err(format!("expected a Welcome, got {other:?}")),
+        }
+    }
+
+    async fn next(&mut self) -> Option<gateway_message::Kind> {
+        match tokio::time::timeout(DEADLINE, self.rx.message()).await {
+            Ok(Ok(Some(m))) => m.kind,
+            Ok(Ok(None)) => None,
+            Ok(Err(status)) => panic!("stream failed: {status:?}"),
+            Err(_) => panic!("no message from the gateway within {DEADLINE:?}"),
+        }
+    }
+
+    async fn next_desired(&mut self) -> pb::Desired {
+        loop {
+            match self.next().await {
+                Some(gateway_message::Kind::Desired(d)) => return d,
+                Some(_) => continue,
+                None => panic!("stream ended before a Desired"),
+            }
+        }
+    }
+
+    async fn send(&self, kind: mite_message::Kind) {
+        self.tx.send(MiteMessage { kind: Some(kind) }).await.unwrap();
+    }
+}
+
+fn status_code(err: &str) -> &str {
+    err.split(':').next().unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_mite_connects_and_its_state_lands_in_varroa_mites() {
+    let h = Harness::start().await;
+    let cert = h.mite_cert("team-a", "ci");
+    let mite = h.dial(Some(&cert), hello("team-a", "ci", 0)).await.unwrap();
+    let e = h.wait_entry("team-a", "ci", 0, "the mite shows connected", |e| e.connected).await;
+    assert_eq!(e.gateway_replica, "gw-test-0");
+    assert_eq!(e.jenkins_version, "2.479.1");
+    assert_eq!(e.plugin_digest, "sha256:plugins");
+    assert!(e.since.is_some() && e.last_heartbeat.is_some());
+
+    mite.send(mite_message::Kind::Observation(pb::Observation {
+        queue_length: Some(4),
+        mode: Some("NORMAL".into()),
+        ..Default::default()
+    }))
+    .await;
+    mite.send(mite_message::Kind::Observation(pb::Observation { queue_length: Some(1), ..Default::default() })).await;
+    mite.send(mite_message::Kind::ApplyResult(pb::ApplyResult {
+        digest: "sha256:abc".into(),
+        succeeded: false,
+        message: "Invalid configuration elements for type: class jenkins.model.Jenkins : bogus".into(),
+        drift_paths: vec!["jenkins.systemMessage".into()],
+        finished_at_unix_ms: 1_767_225_600_000,
+    }))
+    .await;
+    let e = h
+        .wait_entry("team-a", "ci", 0, "the observation and apply result land", |e| {
+            e.observation.queue_length == Some(1) && e.last_apply_result.is_some()
+        })
+        .await;
+    assert_eq!(e.observation.mode.as_deref(), Some("NORMAL"), "deltas merge");
+    let apply = e.last_apply_result.unwrap();
+    assert_eq!((apply.digest.as_str(), apply.succeeded), ("sha256:abc", false));
+    assert_eq!(apply.drift_paths, ["jenkins.systemMessage"]);
+    assert!(apply.finished_at.is_some());
+
+    drop(mite);
+    let e = h.wait_entry("team-a", "ci", 0, "the mite shows disconnected", |e| !e.connected).await;
+    assert!(e.disconnected_at.is_some());
+    assert_eq!(e.observation.queue_length, Some(1), "the observation is kept for the next stream");
+    assert_eq!(h.gw.as_ref().unwrap().gateway.stream_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_certificates_and_false_identities_are_refused_while_a_good_mite_keeps_working() {
+    let h = Harness::start().await;
+    let good = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    let mut good = good;
+
+    // No client certificate: the handshake refuses it.
+    let err = h.dial(None, hello("team-a", "ci", 1)).await.unwrap_err();
+    assert!(!err.starts_with("PermissionDenied"), "refused at the handshake, not later: {err}");
+    // A certificate from another CA.
+    let other = CertificateAuthority::generate("someone else's CA", DAY).unwrap();
+    let foreign = other.issue_mite(&MiteIdentity::new("team-a", "ci"), DAY, SystemTime::now()).unwrap();
+    let err = h.dial(Some(&foreign), hello("team-a", "ci", 1)).await.unwrap_err();
+    assert!(!err.starts_with("PermissionDenied"), "refused at the handshake, not later: {err}");
+    // An expired certificate from the right CA (issued for a minute, four minutes ago).
+    let past = SystemTime::now() - Duration::from_secs(240);
+    let expired = h.ca.issue_mite(&MiteIdentity::new("team-a", "ci"), Duration::from_secs(60), past).unwrap();
+    assert!(h.dial(Some(&expired), hello("team-a", "ci", 1)).await.is_err());
+    // A valid certificate whose hello claims another controller.
+    let err = h.dial(Some(&h.mite_cert("team-b", "ci")), hello("team-a", "ci", 1)).await.unwrap_err();
+    assert_eq!(status_code(&err), "PermissionDenied", "{err}");
+    assert!(
+        err.contains("spiffe://varroa.dev/ns/team-b/controller/ci"),
+        "the refusal names the certificate's identity: {err}"
+    );
+
+    // Nothing was written for the refused ones; the good mite still gets its configuration.
+    assert!(h.entry("team-a", "ci", 1).await.is_none());
+    let entry = h.put_desired("team-a", "ci", "sha256:after-refusals", None).await;
+    assert_eq!(good.next_desired().await.digest, entry.digest);
+    let metrics = h.metrics().await;
+    assert!(metrics.contains("varroa_gateway_refused_total{reason=\"identity_mismatch\"} 1"), "{metrics}");
+    assert!(metrics.contains("varroa_gateway_refused_total{reason=\"handshake\"}"), "{metrics}");
+    assert!(metrics.contains("varroa_gateway_streams 1"), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn desired_configuration_reaches_the_mite_at_once_and_again_on_reconnect() {
+    let h = Harness::start().await;
+    let cert = h.mite_cert("team-a", "ci");
+    let first = h.put_desired("team-a", "ci", "sha256:one", Some(2)).await;
+    let mut mite = h.dial(Some(&cert), hello("team-a", "ci", 1)).await.unwrap();
+    let d = mite.next_desired().await;
+    assert_eq!(d.digest, first.digest, "the current entry is sent on connect");
+    assert_eq!(d.files.get("jenkins.yaml"), first.files.get("jenkins.yaml"));
+
+    let second = h.put_desired("team-a", "ci", "sha256:two", Some(2)).await;
+    assert_eq!(mite.next_desired().await.digest, second.digest, "a new entry is pushed at once");
+
+    drop(mite);
+    let mut again = h.dial(Some(&cert), hello("team-a", "ci", 1)).await.unwrap();
+    assert_eq!(again.next_desired().await.digest, second.digest, "the current entry is sent on reconnect");
+
+    // The controller has two cells: ordinal 2 is refused.
+    let err = h.dial(Some(&cert), hello("team-a", "ci", 2)).await.unwrap_err();
+    assert_eq!(status_code(&err), "PermissionDenied", "{err}");
+    assert!(err.contains("cell 2"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stream_for_the_same_cell_replaces_the_first() {
+    let h = Harness::start().await;
+    let cert = h.mite_cert("team-a", "ci");
+    let mut old = h.dial(Some(&cert), hello("team-a", "ci", 0)).await.unwrap();
+    let first = h.wait_entry("team-a", "ci", 0, "connected", |e| e.connected).await;
+    let _new = h.dial(Some(&cert), hello("team-a", "ci", 0)).await.unwrap();
+    match old.next().await {
+        Some(gateway_message::Kind::Error(e)) => assert_eq!(e.code, "replaced"),
+        other => panic!("expected Error replaced, got {other:?}"),
+    }
+    let e = h.wait_entry("team-a", "ci", 0, "the new session owns the entry", |e| e.session != first.session).await;
+    assert!(e.connected);
+    assert_eq!(h.gw.as_ref().unwrap().gateway.stream_count(), 1);
+    // The old stream's end did not mark the cell disconnected.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(h.entry("team-a", "ci", 0).await.unwrap().connected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_ca_file_is_used_for_new_handshakes_without_restart() {
+    let h = Harness::start().await;
+    let old_mite = h.dial(Some(&h.mite_cert("team-a", "old")), hello("team-a", "old", 0)).await.unwrap();
+    let new_ca = CertificateAuthority::generate("rotated gateway CA", DAY).unwrap();
+    let new_cert = new_ca.issue_mite(&MiteIdentity::new("team-a", "ci"), DAY, SystemTime::now()).unwrap();
+    assert!(h.dial(Some(&new_cert), hello("team-a", "ci", 0)).await.is_err(), "not trusted yet");
+
+    std::fs::write(&h.tls.ca, new_ca.cert_pem()).unwrap();
+    let mite = h.dial(Some(&new_cert), hello("team-a", "ci", 0)).await.unwrap();
+    h.wait_entry("team-a", "ci", 0, "the new CA's mite is connected", |e| e.connected).await;
+    assert!(
+        h.dial(Some(&h.mite_cert("team-a", "other")), hello("team-a", "other", 0)).await.is_err(),
+        "the old CA is no longer trusted"
+    );
+    // A stream accepted before the change stays up.
+    old_mite
+        .send(mite_message::Kind::Observation(pb::Observation { queue_length: Some(7), ..Default::default() }))
+        .await;
+    h.wait_entry("team-a", "old", 0, "the old stream still reports", |e| e.observation.queue_length == Some(7)).await;
+
+    // A broken CA file keeps the last good configuration.
+    std::fs::write(&h.tls.ca, "not a certificate").unwrap();
+    let again = h.dial(Some(&new_cert), hello("team-a", "ci", 1)).await;
+    assert!(again.is_ok(), "{:?}", again.err());
+    assert!(h.metrics().await.contains("varroa_gateway_tls_reloads_total{reason=\"failed\"} 1"));
+    drop(mite);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_recovers_from_a_nats_restart() {
+    let mut h = Harness::start().await;
+    let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    h.wait_entry("team-a", "ci", 0, "connected", |e| e.connected).await;
+
+    h.nats.restart().unwrap();
+    // State written after the restart lands, and desired entries written after it are pushed.
+    mite.send(mite_message::Kind::Observation(pb::Observation { busy_executors: Some(3), ..Default::default() })).await;
+    h.wait_entry("team-a", "ci", 0, "the observation after the restart lands", |e| {
+        e.observation.busy_executors == Some(3)
+    })
+    .await;
+    let d = h.put_desired("team-a", "ci", "sha256:after-restart", None).await;
+    assert_eq!(mite.next_desired().await.digest, d.digest);
+    // New mites connect.
+    let _other = h.dial(Some(&h.mite_cert("team-b", "ci")), hello("team-b", "ci", 0)).await.unwrap();
+    h.wait_entry("team-b", "ci", 0, "a mite connecting after the restart is recorded", |e| e.connected).await;
+    drop(h.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_nats_password_is_picked_up_from_the_file_without_restart() {
+    let mut h = Harness::start_with_auth("first-password").await;
+    let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    h.wait_entry("team-a", "ci", 0, "connected", |e| e.connected).await;
+
+    // Rotate as an operator would: the Secret (the file) first, then NATS' config, reloaded.
+    let creds = h.creds.clone().unwrap();
+    NatsServer::write_credentials(&creds, "gateway", "second-password").unwrap();
+    h.nats.set_password("second-password").unwrap();
+
+    mite.send(mite_message::Kind::Observation(pb::Observation { idle_for_seconds: Some(42), ..Default::default() }))
+        .await;
+    h.wait_entry("team-a", "ci", 0, "an observation after the rotation lands", |e| {
+        e.observation.idle_for_seconds == Some(42)
+    })
+    .await;
+    let d = h.put_desired("team-a", "ci", "sha256:after-rotation", None).await;
+    assert_eq!(mite.next_desired().await.digest, d.digest);
+}
+
+#[test]
+fn the_binary_documents_its_flags_and_environment() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_varroa-gateway")).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--listen",
+        "--tls-ca",
+        "--nats-url",
+        "--nats-credentials-file",
+        "--replica",
+        "--heartbeat-seconds",
+        "VARROA_NATS_URL",
+        "POD_NAME",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
