@@ -99,7 +99,9 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Resp {
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
+    let method = req.method().clone();
     let mut rsp = if fail { oops() } else { jenkins(shared, req).await };
+    tracing::debug!(%method, %path, status = rsp.status().as_u16(), "request");
     let st = shared.state();
     let h = rsp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&st.version) {

@@ -12,8 +12,9 @@
 //!    directory), and remove the YAML files of the directory the desired configuration no longer
 //!    has (JCasC reads every `*.yaml` there). The files on disk before this step are the last
 //!    good configuration: the one Jenkins runs and boots with.
-//! 3. **Check** each file with `POST /configuration-as-code/check`. A problem puts the last good
-//!    files back and reports Jenkins' own message; Jenkins never saw the new files.
+//! 3. **Check** each file with `POST /configuration-as-code/check`. A refusal (400) puts the last
+//!    good files back and reports Jenkins' own message; Jenkins never saw the new files. Warnings
+//!    (200 with entries) do not stop the apply; they are appended to the result's message.
 //! 4. **Reload** with `POST /configuration-as-code/reload`. A refusal (JCasC's "Error loading
 //!    configuration" page) also puts the last good files back; Jenkins stays on its last good
 //!    configuration, as JCasC leaves it.
@@ -118,9 +119,21 @@ impl Applier {
         Applier { client, config_dir: config_dir.into(), state: ApplyState::default() }
     }
 
+    /// Starts from a remembered state (e.g. kept by the caller across reconnects).
+    pub fn with_state(mut self, state: ApplyState) -> Self {
+        self.state = state;
+        self
+    }
+
     /// The remembered state.
     pub fn state(&self) -> &ApplyState {
         &self.state
+    }
+
+    /// Where Jenkins' live configuration differs from `desired` now (export and compare), without
+    /// applying anything.
+    pub async fn check_drift(&self, desired: &DesiredConfig) -> Result<Vec<String>, ApplyError> {
+        self.drift(desired).await.map_err(|source| ApplyError::Jenkins { digest: desired.digest.clone(), source })
     }
 
     /// Applies `desired` (see the module docs for the steps).
@@ -156,16 +169,18 @@ impl Applier {
         self.write_files(&desired.files, &digest)?;
 
         let mut problems = Vec::new();
+        let mut warnings = Vec::new();
         for (name, content) in &desired.files {
-            let found = match self.client.casc_check(content).await {
-                Ok(p) => p,
+            let report = match self.client.casc_check(content).await {
+                Ok(r) => r,
                 Err(e) => {
                     self.restore(&previous, &digest);
                     return Err(jenkins(e));
                 }
             };
-            for p in found {
-                problems.push(if desired.files.len() > 1 { format!("{name}: {}", p.message) } else { p.message });
+            let into = if report.accepted { &mut warnings } else { &mut problems };
+            for p in report.problems {
+                into.push(if desired.files.len() > 1 { format!("{name}: {}", p.message) } else { p.message });
             }
         }
         if !problems.is_empty() {
@@ -187,11 +202,14 @@ impl Applier {
         self.state = ApplyState { last_applied: Some(digest.clone()), last_files: desired.files.clone() };
 
         let drift = self.drift(desired).await.map_err(jenkins)?;
-        let message = if drift.is_empty() {
+        let mut message = if drift.is_empty() {
             "applied".to_string()
         } else {
             format!("applied, but Jenkins' live configuration differs at {}", drift.join(", "))
         };
+        if !warnings.is_empty() {
+            message.push_str(&format!("; JCasC warned: {}", warnings.join("; ")));
+        }
         Ok(result(true, message, drift, true))
     }
 

@@ -201,6 +201,15 @@ pub struct CheckProblem {
     pub message: String,
 }
 
+/// What `/configuration-as-code/check` said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckReport {
+    /// JCasC would apply it.
+    pub accepted: bool,
+    /// The error (refused) or the warnings (accepted).
+    pub problems: Vec<CheckProblem>,
+}
+
 /// What `/configuration-as-code/reload` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReloadOutcome {
@@ -523,21 +532,24 @@ impl JenkinsClient {
         Err(self.unexpected(path, &a))
     }
 
-    /// `POST /configuration-as-code/check`: the problems JCasC finds in `yaml` (empty: valid).
-    pub async fn casc_check(&self, yaml: &str) -> Result<Vec<CheckProblem>, JenkinsError> {
+    /// `POST /configuration-as-code/check`. JCasC answers 400 with the error when it refuses the
+    /// YAML, and 200 with the warnings its configurators raised (deprecated or ignored
+    /// attributes; often none) when it accepts it (`ConfigurationAsCode.doCheck`).
+    pub async fn casc_check(&self, yaml: &str) -> Result<CheckReport, JenkinsError> {
         let path = "/configuration-as-code/check";
         let a = self.post(path, Some(yaml.as_bytes().to_vec())).await?;
         if a.status != StatusCode::OK && a.status != StatusCode::BAD_REQUEST {
             return Err(self.unexpected(path, &a));
         }
-        let problems: Vec<CheckProblem> = serde_json::from_slice(&a.body).map_err(|e| JenkinsError::Decode {
+        let mut problems: Vec<CheckProblem> = serde_json::from_slice(&a.body).map_err(|e| JenkinsError::Decode {
             url: self.url(path),
             detail: format!("expected [{{line, message}}]: {e}"),
         })?;
-        if a.status == StatusCode::BAD_REQUEST && problems.is_empty() {
-            return Ok(vec![CheckProblem { line: -1, message: "Jenkins refused the configuration (400)".into() }]);
+        let accepted = a.status == StatusCode::OK;
+        if !accepted && problems.is_empty() {
+            problems.push(CheckProblem { line: -1, message: "Jenkins refused the configuration (400)".into() });
         }
-        Ok(problems)
+        Ok(CheckReport { accepted, problems })
     }
 
     /// `POST /configuration-as-code/reload`: re-reads the configured sources. JCasC redirects on
@@ -596,9 +608,14 @@ impl JenkinsClient {
         Ok(out)
     }
 
-    /// Reads Jenkins' state once and updates the idle tracking.
+    /// Reads Jenkins' state once (the four pages concurrently) and updates the idle tracking.
     pub async fn observe(&self) -> Result<Observation, JenkinsError> {
-        let (headers, root) = self.get_json("/api/json").await?;
+        let ((headers, root), (_, queue), (_, computers), plugins) = tokio::try_join!(
+            self.get_json("/api/json"),
+            self.get_json("/queue/api/json"),
+            self.get_json("/computer/api/json"),
+            self.plugins(),
+        )?;
         let version = headers.get("X-Jenkins").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
         if version.is_empty() {
             return Err(JenkinsError::Decode {
@@ -606,9 +623,6 @@ impl JenkinsClient {
                 detail: "no X-Jenkins header: is this Jenkins?".into(),
             });
         }
-        let (_, queue) = self.get_json("/queue/api/json").await?;
-        let (_, computers) = self.get_json("/computer/api/json").await?;
-        let plugins = self.plugins().await?;
         let mode = root.get("mode").and_then(Value::as_str).unwrap_or("NORMAL").to_string();
         let quieting_down = root.get("quietingDown").and_then(Value::as_bool).unwrap_or(false);
         let queue_length = queue.get("items").and_then(Value::as_array).map(|i| i.len() as u32).unwrap_or(0);

@@ -256,7 +256,9 @@ async fn drift_is_detected_and_the_same_digest_is_applied_again() {
     let want = desired("sha256:one", "jenkins:\n  systemMessage: wanted\n  numExecutors: 2\n");
     assert!(applier.apply(&want).await.unwrap().succeeded);
 
+    assert!(applier.check_drift(&want).await.unwrap().is_empty());
     s.double.drift("jenkins:\n  systemMessage: clicked in the UI\n").unwrap();
+    assert_eq!(applier.check_drift(&want).await.unwrap(), vec!["jenkins.systemMessage"]);
     let r = applier.apply(&want).await.unwrap();
     assert!(r.succeeded && r.applied, "drift makes the same digest apply again: {r:?}");
     assert!(r.drift.is_empty());
