@@ -210,3 +210,36 @@ async fn a_malformed_lock_names_the_line() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("plugins-sha256.txt line 1: \"nothex\" is not a SHA-256"), "{}", stderr(&out));
 }
+
+#[tokio::test]
+async fn installed_plugins_are_what_jenkins_reports_and_the_digest_is_plugins_txts() {
+    // The chain a pod runs: plugins-init installs the lock, Jenkins (the double) loads the
+    // plugins directory, the mite observes it. The observed digest is the SHA-256 of plugins.txt.
+    let c = Case::new(&[
+        ("git", "5.7.0", b"Short-Name: git\nPlugin-Version: 5.7.0\n"),
+        ("credentials", "1415.v831096eb_5534", b"Short-Name: credentials\nPlugin-Version: 1415.v831096eb_5534\n"),
+    ])
+    .await;
+    std::fs::write(c.dir.path().join("plugins.txt"), "credentials:1415.v831096eb_5534\ngit:5.7.0\n").unwrap();
+    let out = c.run().await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let token = c.dir.path().join("token");
+    std::fs::write(&token, "t").unwrap();
+    let double = varroa_jenkins_double::JenkinsDouble::start(varroa_jenkins_double::Options {
+        api_token: Some("t".into()),
+        plugins_dir: Some(c.dest()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = varroa_mite::jenkins::JenkinsClient::new(varroa_mite::jenkins::ClientConfig::new(
+        &double.url(),
+        "admin",
+        &token,
+    ))
+    .unwrap();
+    let o = client.observe().await.unwrap();
+    let txt = std::fs::read(c.dir.path().join("plugins.txt")).unwrap();
+    assert_eq!(o.plugins_digest, format!("sha256:{}", sha(&txt)));
+}
