@@ -82,43 +82,54 @@ impl DesiredCache {
     }
 }
 
-/// Watches `store` forever, feeding `cache`. Returns only when `cache` is the last owner.
-pub async fn watch_desired(store: Store, cache: Arc<DesiredCache>) {
+/// Watches `store` forever, feeding `cache`; the watch is opened again after an error and after
+/// each NATS reconnect (`connects` changes). Returns only when `cache` is the last owner.
+pub async fn watch_desired(store: Store, cache: Arc<DesiredCache>, mut connects: watch::Receiver<u64>) {
     let mut backoff = Duration::from_millis(100);
     loop {
+        connects.borrow_and_update();
         match store.watch_with_history(">").await {
-            Ok(mut watch) => {
-                while let Some(next) = watch.next().await {
-                    let entry = match next {
-                        Ok(e) => e,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "varroa_desired watch failed; watching again");
-                            break;
+            Ok(mut watch) => loop {
+                let next = tokio::select! {
+                    next = watch.next() => next,
+                    changed = connects.changed() => {
+                        if changed.is_ok() {
+                            tracing::info!("NATS reconnected; watching varroa_desired again");
+                            backoff = Duration::ZERO;
                         }
-                    };
-                    backoff = Duration::from_millis(100);
-                    let key = match entry.key.parse::<ControllerKey>() {
-                        Ok(k) => k,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "ignoring an entry of varroa_desired");
-                            continue;
-                        }
-                    };
-                    match entry.operation {
-                        Operation::Put => match kv::decode_desired(&entry.key, &entry.value) {
-                            Ok(d) => cache.set(key, Some(Arc::new(d))),
-                            Err(e) => tracing::warn!(error = %e, "ignoring an entry of varroa_desired"),
-                        },
-                        Operation::Delete | Operation::Purge => cache.set(key, None),
+                        break;
                     }
+                };
+                let Some(next) = next else { break };
+                let entry = match next {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "varroa_desired watch failed; watching again");
+                        break;
+                    }
+                };
+                backoff = Duration::from_millis(100);
+                let key = match entry.key.parse::<ControllerKey>() {
+                    Ok(k) => k,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "ignoring an entry of varroa_desired");
+                        continue;
+                    }
+                };
+                match entry.operation {
+                    Operation::Put => match kv::decode_desired(&entry.key, &entry.value) {
+                        Ok(d) => cache.set(key, Some(Arc::new(d))),
+                        Err(e) => tracing::warn!(error = %e, "ignoring an entry of varroa_desired"),
+                    },
+                    Operation::Delete | Operation::Purge => cache.set(key, None),
                 }
-            }
+            },
             Err(e) => tracing::warn!(error = %e, "cannot watch varroa_desired; retrying"),
         }
         if Arc::strong_count(&cache) == 1 {
             return;
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
     }
 }

@@ -133,7 +133,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let client = varroa_link::nats::connect(&config.nats).await?;
+    let (client, connects) = varroa_link::nats::connect_watching(&config.nats).await?;
     let (mites_tx, mites_rx) = watch::channel(None);
     let desired = Arc::new(desired::DesiredCache::default());
     let gateway = Gateway::new(config.options.clone(), mites_rx, desired.clone(), metrics.clone());
@@ -196,7 +196,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
             backoff = (backoff * 2).min(Duration::from_secs(5));
         };
         let _ = mites_tx.send(Some(mites));
-        let watcher = tokio::spawn(desired::watch_desired(desired_store, desired));
+        let watcher = tokio::spawn(desired::watch_desired(desired_store, desired, connects));
         // Readiness follows the NATS connection.
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {

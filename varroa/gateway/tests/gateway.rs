@@ -42,6 +42,10 @@ impl Harness {
 
     async fn start_inner(password: Option<&str>) -> Harness {
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+            .try_init();
         let dir = tempfile::tempdir().unwrap();
         let ca = CertificateAuthority::generate("varroa test gateway CA", DAY).unwrap();
         let server = ca.issue_server(&["localhost".into()], DAY, SystemTime::now()).unwrap();

@@ -120,6 +120,17 @@ pub struct ConnectSettings {
 /// what it is asked to send until the server answers (`retry_on_initial_connect`), so a
 /// component can start before NATS.
 pub async fn connect(settings: &ConnectSettings) -> Result<async_nats::Client, NatsError> {
+    connect_watching(settings).await.map(|(client, _)| client)
+}
+
+/// [`connect`], also returning a channel that counts the connections made (1 after the first,
+/// +1 at each reconnect). A JetStream watch (a KV `watch`, an ordered consumer) may go quiet
+/// after the server restarts and only notice after its idle heartbeat (seconds); a reader that
+/// re-opens its watch when this changes resumes at once.
+pub async fn connect_watching(
+    settings: &ConnectSettings,
+) -> Result<(async_nats::Client, tokio::sync::watch::Receiver<u64>), NatsError> {
+    let (connects_tx, connects_rx) = tokio::sync::watch::channel(0u64);
     let mut options = match &settings.credentials_file {
         Some(path) => {
             let path = path.clone();
@@ -149,17 +160,24 @@ pub async fn connect(settings: &ConnectSettings) -> Result<async_nats::Client, N
             let exp = 100u64.saturating_mul(1u64 << attempts.min(10) as u32);
             Duration::from_millis(exp).min(max)
         })
-        .event_callback(|event| async move {
-            match event {
-                async_nats::Event::Connected => tracing::info!("NATS connected"),
-                async_nats::Event::Disconnected => tracing::warn!("NATS disconnected; reconnecting"),
-                other => tracing::debug!(event = %other, "NATS event"),
+        .event_callback(move |event| {
+            let connects = connects_tx.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        tracing::info!("NATS connected");
+                        connects.send_modify(|n| *n += 1);
+                    }
+                    async_nats::Event::Disconnected => tracing::warn!("NATS disconnected; reconnecting"),
+                    other => tracing::debug!(event = %other, "NATS event"),
+                }
             }
         });
-    options
+    let client = options
         .connect(settings.url.as_str())
         .await
-        .map_err(|e| NatsError::Connect { url: settings.url.clone(), message: e.to_string() })
+        .map_err(|e| NatsError::Connect { url: settings.url.clone(), message: e.to_string() })?;
+    Ok((client, connects_rx))
 }
 
 #[cfg(test)]
