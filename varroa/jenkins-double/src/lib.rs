@@ -183,6 +183,8 @@ pub(crate) struct Shared {
     pub state: Mutex<State>,
     /// false while refusing connections.
     pub accepting: tokio::sync::watch::Sender<bool>,
+    /// Plugin manifests read from the plugins directory.
+    pub manifests: Mutex<plugins::ManifestCache>,
 }
 
 impl Shared {
@@ -211,8 +213,9 @@ impl JenkinsDouble {
             .await
             .map_err(|source| StartError::Listen { addr: opts.listen, source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Listen { addr: opts.listen, source })?;
+        let manifests = Mutex::new(plugins::ManifestCache::default());
         let live = match &opts.casc_config {
-            Some(path) => casc::load(path, &server::known_roots_for(&opts, None))
+            Some(path) => casc::load(path, &server::known_roots_for(&opts, None, &manifests))
                 .map_err(|source| StartError::Casc { path: path.clone(), source })?,
             None => Map::new(),
         };
@@ -231,8 +234,13 @@ impl JenkinsDouble {
             checks: 0,
             session: format!("{session:08x}"),
         };
-        let shared =
-            Arc::new(Shared { opts, addr, state: Mutex::new(state), accepting: tokio::sync::watch::Sender::new(true) });
+        let shared = Arc::new(Shared {
+            opts,
+            addr,
+            state: Mutex::new(state),
+            accepting: tokio::sync::watch::Sender::new(true),
+            manifests,
+        });
         let task = tokio::spawn(server::serve(shared.clone(), listener));
         Ok(JenkinsDouble { shared, task })
     }

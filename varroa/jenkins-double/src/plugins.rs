@@ -10,8 +10,10 @@
 //! update sites can serve small text "plugins"; Jenkins would refuse such a file.
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 /// One installed plugin, as `/pluginManager/api/json?depth=1` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,10 +54,39 @@ impl Plugin {
 /// The largest manifest read (real manifests are a few KiB).
 const MAX_MANIFEST: u64 = 1 << 20;
 
+/// Manifests already read, by path, kept while the file's modification time and size stay the
+/// same: a plugins directory holds hundreds of MiB and the plugin manager is asked every few
+/// seconds.
+#[derive(Debug, Default)]
+pub struct ManifestCache(HashMap<PathBuf, (Option<SystemTime>, u64, Manifest)>);
+
+type Manifest = Vec<(String, String)>;
+
+impl ManifestCache {
+    fn manifest(&mut self, path: &Path) -> std::io::Result<Manifest> {
+        let meta = std::fs::metadata(path)?;
+        let key = (meta.modified().ok(), meta.len());
+        if let Some((m, l, manifest)) = self.0.get(path)
+            && (*m, *l) == key
+        {
+            return Ok(manifest.clone());
+        }
+        let manifest = read_manifest(path)?;
+        self.0.insert(path.to_path_buf(), (key.0, key.1, manifest.clone()));
+        Ok(manifest)
+    }
+}
+
 /// Scans a plugins directory. Unreadable files are skipped with a warning, as Jenkins logs a
 /// plugin that fails to load and carries on.
 pub fn scan_dir(dir: &Path) -> std::io::Result<Vec<Plugin>> {
+    scan_dir_cached(dir, &mut ManifestCache::default())
+}
+
+/// [`scan_dir`], reading only the archives that changed since the cache saw them.
+pub fn scan_dir_cached(dir: &Path, cache: &mut ManifestCache) -> std::io::Result<Vec<Plugin>> {
     let mut out = Vec::new();
+    let mut seen = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let Some(ext) = path.extension().and_then(|e| e.to_str()) else { continue };
@@ -63,7 +94,8 @@ pub fn scan_dir(dir: &Path) -> std::io::Result<Vec<Plugin>> {
             continue;
         }
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-        let manifest = match read_manifest(&path) {
+        seen.push(path.clone());
+        let manifest = match cache.manifest(&path) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "skipping an unreadable plugin");
@@ -81,6 +113,7 @@ pub fn scan_dir(dir: &Path) -> std::io::Result<Vec<Plugin>> {
             enabled: !disabled,
         });
     }
+    cache.0.retain(|p, _| seen.contains(p));
     out.sort_by(|a, b| a.short_name.cmp(&b.short_name));
     Ok(out)
 }

@@ -1,7 +1,7 @@
 //! The HTTP side: the accept loop (with the refusing switch) and one handler for every page.
 
 use crate::casc::{self, CascError};
-use crate::plugins::Plugin;
+use crate::plugins::{ManifestCache, Plugin};
 use crate::{Options, Reload, Shared};
 use base64::Engine;
 use bytes::Bytes;
@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Map, Value, json};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 
@@ -256,17 +256,18 @@ fn crumb_for(shared: &Shared, user: &str) -> String {
     d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub(crate) fn known_roots_for(opts: &Options, plugins: Option<&[Plugin]>) -> Vec<String> {
-    let installed = installed_plugins(opts, plugins);
+pub(crate) fn known_roots_for(opts: &Options, plugins: Option<&[Plugin]>, cache: &Mutex<ManifestCache>) -> Vec<String> {
+    let installed = installed_plugins(opts, plugins, cache);
     casc::known_roots(installed.iter().filter(|p| p.active).map(|p| p.short_name.as_str()))
 }
 
-fn installed_plugins(opts: &Options, set: Option<&[Plugin]>) -> Vec<Plugin> {
+fn installed_plugins(opts: &Options, set: Option<&[Plugin]>, cache: &Mutex<ManifestCache>) -> Vec<Plugin> {
     if let Some(p) = set {
         return p.to_vec();
     }
     if let Some(dir) = &opts.plugins_dir {
-        match crate::plugins::scan_dir(dir) {
+        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        match crate::plugins::scan_dir_cached(dir, &mut cache) {
             Ok(p) => return p,
             Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot read the plugins directory"),
         }
@@ -276,12 +277,12 @@ fn installed_plugins(opts: &Options, set: Option<&[Plugin]>) -> Vec<Plugin> {
 
 fn current_plugins(shared: &Shared) -> Vec<Plugin> {
     let set = shared.state().plugins.clone();
-    installed_plugins(&shared.opts, set.as_deref())
+    installed_plugins(&shared.opts, set.as_deref(), &shared.manifests)
 }
 
 fn current_known_roots(shared: &Shared) -> Vec<String> {
     let set = shared.state().plugins.clone();
-    known_roots_for(&shared.opts, set.as_deref())
+    known_roots_for(&shared.opts, set.as_deref(), &shared.manifests)
 }
 
 fn millis_now() -> u64 {
