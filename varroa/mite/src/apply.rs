@@ -147,6 +147,10 @@ impl Applier {
             drift,
             applied,
         };
+        if desired.files.is_empty() {
+            let message = "the desired configuration has no files: refusing to remove Jenkins' whole configuration";
+            return Ok(result(false, message.into(), Vec::new(), false));
+        }
         if let Some(problem) =
             desired.files.keys().find_map(|n| bad_file_name(n).map(|why| format!("file name {n:?}: {why}")))
         {

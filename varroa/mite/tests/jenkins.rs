@@ -319,4 +319,9 @@ async fn several_files_and_removed_files() {
     let r = applier.apply(&bad_name).await.unwrap();
     assert!(!r.succeeded);
     assert!(r.message.contains("must be a file name without directories"), "{}", r.message);
+
+    let empty = DesiredConfig { digest: "sha256:empty".into(), files: BTreeMap::new() };
+    let r = applier.apply(&empty).await.unwrap();
+    assert!(!r.succeeded && r.message.contains("has no files"), "{r:?}");
+    assert_eq!(on_disk(&s.casc_dir()), want.files, "nothing removed");
 }
