@@ -88,6 +88,7 @@ pub struct RunningGateway {
     pub readiness: Readiness,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    connects: watch::Receiver<u64>,
 }
 
 impl RunningGateway {
@@ -97,6 +98,11 @@ impl RunningGateway {
         for t in self.tasks {
             let _ = t.await;
         }
+    }
+
+    /// How many times the NATS connection was made (1 after the first; +1 per reconnect).
+    pub fn nats_connections(&self) -> u64 {
+        *self.connects.borrow()
     }
 
     /// Waits until the gateway stops by itself (it does not, unless a task fails).
@@ -134,9 +140,10 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
         let _ = rx.wait_for(|s| *s).await;
     };
     let (client, connects) = varroa_link::nats::connect_watching(&config.nats).await?;
+    let connects_for_watch = connects.clone();
     let (mites_tx, mites_rx) = watch::channel(None);
     let desired = Arc::new(desired::DesiredCache::default());
-    let gateway = Gateway::new(config.options.clone(), mites_rx, desired.clone(), metrics.clone());
+    let gateway = Gateway::new(config.options.clone(), mites_rx, desired.clone(), metrics.clone(), shutdown_rx.clone());
 
     let mut tasks = Vec::new();
     // gRPC: our accept loop feeds tonic.
@@ -196,7 +203,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
             backoff = (backoff * 2).min(Duration::from_secs(5));
         };
         let _ = mites_tx.send(Some(mites));
-        let watcher = tokio::spawn(desired::watch_desired(desired_store, desired, connects));
+        let watcher = tokio::spawn(desired::watch_desired(desired_store, desired, connects_for_watch));
         // Readiness follows the NATS connection.
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {
@@ -212,5 +219,5 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
         }
         watcher.abort();
     }));
-    Ok(RunningGateway { grpc_addr, health_addr, gateway, readiness, shutdown: shutdown_tx, tasks })
+    Ok(RunningGateway { grpc_addr, health_addr, gateway, readiness, shutdown: shutdown_tx, tasks, connects })
 }

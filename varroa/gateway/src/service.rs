@@ -72,6 +72,8 @@ pub struct Shared {
     metrics: Arc<Metrics>,
     /// Local streams by cell: the session id and the sender that tells it it was replaced.
     sessions: Mutex<HashMap<MiteKey, (String, watch::Sender<bool>)>>,
+    /// Becomes true when the replica shuts down: every stream ends (`shutting_down`).
+    stopping: watch::Receiver<bool>,
 }
 
 /// The service (cheap to clone).
@@ -87,8 +89,9 @@ impl Gateway {
         mites: watch::Receiver<Option<Store>>,
         desired: Arc<DesiredCache>,
         metrics: Arc<Metrics>,
+        stopping: watch::Receiver<bool>,
     ) -> Self {
-        Gateway { shared: Arc::new(Shared { options, mites, desired, metrics, sessions: Mutex::default() }) }
+        Gateway { shared: Arc::new(Shared { options, mites, desired, metrics, sessions: Mutex::default(), stopping }) }
     }
 
     /// How many streams this replica holds.
@@ -135,6 +138,9 @@ impl MiteLink for Gateway {
                 )));
             }
         };
+        if *s.stopping.borrow() {
+            return Err(Status::unavailable("this gateway replica is shutting down; dial again"));
+        }
         let Some(store) = s.mites.borrow().clone() else {
             s.metrics.refused("not_ready");
             return Err(Status::unavailable("the gateway is not connected to NATS yet; retry"));
@@ -242,6 +248,7 @@ enum Write {
 
 enum End {
     Closed,
+    ShuttingDown,
     Replaced,
     HeartbeatTimeout,
 }
@@ -354,6 +361,7 @@ impl Session {
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut deadline = tokio::time::Instant::now() + heartbeat * 3;
         let mut heartbeat_pending = false;
+        let mut stopping = self.shared.stopping.clone();
         let end = loop {
             tokio::select! {
                 msg = inbound.message() => {
@@ -397,6 +405,11 @@ impl Session {
                     self.send_desired(&tx, &current).await;
                 }
                 _ = replaced.changed() => break End::Replaced,
+                res = stopping.changed() => {
+                    if res.is_err() || *stopping.borrow() {
+                        break End::ShuttingDown;
+                    }
+                }
                 _ = tokio::time::sleep_until(deadline) => break End::HeartbeatTimeout,
                 _ = retry.tick() => {
                     let due = heartbeat_pending && self.last_write.is_none_or(|t| t.elapsed() >= heartbeat);
@@ -435,6 +448,9 @@ impl Session {
             End::HeartbeatTimeout => {
                 tracing::warn!(mite = %self.key, "no message for three heartbeat intervals; closing the stream");
                 let _ = tx.try_send(Ok(error("heartbeat_timeout", "no message for three heartbeat intervals")));
+            }
+            End::ShuttingDown => {
+                let _ = tx.try_send(Ok(error("shutting_down", "this gateway replica is shutting down; dial again")));
             }
             End::Closed => tracing::info!(mite = %self.key, "mite disconnected"),
         }

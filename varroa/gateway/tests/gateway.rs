@@ -451,10 +451,25 @@ async fn a_rotated_nats_password_is_picked_up_from_the_file_without_restart() {
     let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
     h.wait_entry("team-a", "ci", 0, "connected", |e| e.connected).await;
 
-    // Rotate as an operator would: the Secret (the file) first, then NATS' config, reloaded.
+    // Rotate in NATS first: the gateway loses NATS (its file still has the old password) and
+    // says so on /readyz, while the mite's stream stays up.
+    let connections = h.gw.as_ref().unwrap().nats_connections();
+    assert!(connections >= 1);
+    h.nats.set_password("second-password").unwrap();
+    let ready = h.gw.as_ref().unwrap().readiness.clone();
+    eventually("the gateway reports NATS lost", || {
+        let ready = ready.clone();
+        async move { (!ready.is_ready()).then_some(()) }
+    })
+    .await;
+    // Then the Secret (the file): the next reconnect attempt reads it.
     let creds = h.creds.clone().unwrap();
     NatsServer::write_credentials(&creds, "gateway", "second-password").unwrap();
-    h.nats.set_password("second-password").unwrap();
+    eventually("the gateway is ready again", || {
+        let ready = ready.clone();
+        async move { ready.is_ready().then_some(()) }
+    })
+    .await;
 
     mite.send(mite_message::Kind::Observation(pb::Observation { idle_for_seconds: Some(42), ..Default::default() }))
         .await;
@@ -464,6 +479,10 @@ async fn a_rotated_nats_password_is_picked_up_from_the_file_without_restart() {
     .await;
     let d = h.put_desired("team-a", "ci", "sha256:after-rotation", None).await;
     assert_eq!(mite.next_desired().await.digest, d.digest);
+    assert!(
+        h.gw.as_ref().unwrap().nats_connections() > connections,
+        "NATS dropped the old credential and the gateway reconnected with the new one"
+    );
 }
 
 #[test]
@@ -482,4 +501,65 @@ fn the_binary_documents_its_flags_and_environment() {
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_mite_is_closed_after_three_heartbeat_intervals() {
+    let h = Harness::start().await;
+    let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    mite.heartbeats.take().unwrap().abort();
+    let started = std::time::Instant::now();
+    match mite.next().await {
+        Some(gateway_message::Kind::Error(e)) => assert_eq!(e.code, "heartbeat_timeout"),
+        other => panic!("expected Error heartbeat_timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_secs(2), "not before the intervals passed");
+    h.wait_entry("team-a", "ci", 0, "the silent mite shows disconnected", |e| !e.connected).await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_mites_and_shuts_down_cleanly_on_sigterm() {
+    let mut h = Harness::start_with_auth("binary-password").await;
+    // The in-process gateway is not needed here: the binary replaces it.
+    h.gw.take().unwrap().shutdown().await;
+    let (grpc, health) = (free_port(), free_port());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_varroa-gateway"))
+        .env("VARROA_GATEWAY_LISTEN", format!("127.0.0.1:{grpc}"))
+        .env("VARROA_GATEWAY_HEALTH_LISTEN", format!("127.0.0.1:{health}"))
+        .env("VARROA_GATEWAY_TLS_CERT", &h.tls.cert)
+        .env("VARROA_GATEWAY_TLS_KEY", &h.tls.key)
+        .env("VARROA_GATEWAY_TLS_CA", &h.tls.ca)
+        .env("VARROA_NATS_URL", h.nats.url())
+        .env("VARROA_NATS_CREDENTIALS_FILE", h.creds.as_ref().unwrap())
+        .env("POD_NAME", "varroa-gateway-7d9f-abcde")
+        .env("VARROA_GATEWAY_HEARTBEAT_SECONDS", "2")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let readyz = format!("http://127.0.0.1:{health}/readyz");
+    eventually("the binary is ready", || async {
+        reqwest::get(&readyz).await.ok().filter(|r| r.status() == 200).map(|_| ())
+    })
+    .await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], grpc));
+    let mut mite = TestMite::dial(addr, h.ca.cert_pem(), Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0))
+        .await
+        .unwrap();
+    let e = h.wait_entry("team-a", "ci", 0, "the binary records the mite", |e| e.connected).await;
+    assert_eq!(e.gateway_replica, "varroa-gateway-7d9f-abcde", "the replica name defaults to POD_NAME");
+
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    match mite.next().await {
+        Some(gateway_message::Kind::Error(e)) => assert_eq!(e.code, "shutting_down"),
+        other => panic!("expected Error shutting_down, got {other:?}"),
+    }
+    let status = tokio::time::timeout(DEADLINE, child.wait()).await.expect("the binary exits after SIGTERM").unwrap();
+    assert!(status.success(), "{status}");
+    let e = h.entry("team-a", "ci", 0).await.unwrap();
+    assert!(!e.connected, "the stream was recorded closed before exit");
 }
