@@ -133,3 +133,36 @@ pub async fn watch_desired(store: Store, cache: Arc<DesiredCache>, mut connects:
         backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(digest: &str) -> Current {
+        Some(Arc::new(DesiredEntry { digest: digest.into(), ..Default::default() }))
+    }
+
+    #[test]
+    fn subscribers_see_changes_and_channels_go_with_their_controller() {
+        let cache = DesiredCache::default();
+        let key = ControllerKey::new("team-a", "ci").unwrap();
+        let mut rx = cache.subscribe(&key);
+        assert!(rx.borrow_and_update().is_none());
+        cache.set(key.clone(), entry("d1"));
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(rx.borrow_and_update().as_ref().unwrap().digest, "d1");
+        cache.set(key.clone(), entry("d1"));
+        assert!(!rx.has_changed().unwrap(), "the same entry again wakes nobody");
+        assert_eq!(cache.current(&key).unwrap().digest, "d1");
+
+        cache.set(key.clone(), None);
+        assert_eq!(cache.len(), 1, "kept while a stream holds it");
+        drop(rx);
+        cache.release(&key);
+        assert!(cache.is_empty(), "a deleted controller with no stream leaves nothing behind");
+        let other = ControllerKey::new("team-b", "ci").unwrap();
+        cache.set(other.clone(), entry("x"));
+        cache.set(other, None);
+        assert!(cache.is_empty());
+    }
+}

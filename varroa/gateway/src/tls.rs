@@ -198,3 +198,58 @@ fn build(files: &TlsFiles, bytes: &[Vec<u8>; 3]) -> Result<Arc<ServerConfig>, Tl
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &Path) -> TlsFiles {
+        TlsFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key"), ca: dir.join("ca.crt") }
+    }
+
+    fn write_valid(f: &TlsFiles) -> varroa_pki::CertificateAuthority {
+        let day = std::time::Duration::from_secs(86_400);
+        let ca = varroa_pki::CertificateAuthority::generate("test", day).unwrap();
+        let server = ca.issue_server(&["localhost".into()], day, std::time::SystemTime::now()).unwrap();
+        std::fs::write(&f.cert, &server.cert_pem).unwrap();
+        std::fs::write(&f.key, &server.key_pem).unwrap();
+        std::fs::write(&f.ca, ca.cert_pem()).unwrap();
+        ca
+    }
+
+    #[test]
+    fn start_up_errors_name_the_file_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = files(dir.path());
+        let err = ReloadingTls::new(f.clone(), |_| {}).err().unwrap().to_string();
+        assert!(err.contains("server certificate") && err.contains("tls.crt"), "{err}");
+        write_valid(&f);
+        std::fs::write(&f.ca, "garbage").unwrap();
+        let err = ReloadingTls::new(f.clone(), |_| {}).err().unwrap().to_string();
+        assert!(err.contains("CA bundle") && err.contains("--tls-ca"), "{err}");
+        write_valid(&f);
+        let other = varroa_pki::CertificateAuthority::generate("other", std::time::Duration::from_secs(3600)).unwrap();
+        std::fs::write(&f.key, other.key_pem()).unwrap();
+        let err = ReloadingTls::new(f, |_| {}).err().unwrap().to_string();
+        assert!(err.contains("does not match the key"), "{err}");
+    }
+
+    #[test]
+    fn a_change_rebuilds_once_and_a_broken_file_keeps_the_last_good_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = files(dir.path());
+        write_valid(&f);
+        let results = Arc::new(Mutex::new(Vec::new()));
+        let r = results.clone();
+        let tls = ReloadingTls::new(f.clone(), move |ok| r.lock().unwrap().push(ok)).unwrap();
+        let first = tls.config();
+        assert!(Arc::ptr_eq(&first, &tls.config()), "unchanged files: the same config");
+        write_valid(&f);
+        let second = tls.config();
+        assert!(!Arc::ptr_eq(&first, &second), "changed files: a new config");
+        std::fs::write(&f.ca, "broken").unwrap();
+        assert!(Arc::ptr_eq(&second, &tls.config()));
+        assert!(Arc::ptr_eq(&second, &tls.config()));
+        assert_eq!(*results.lock().unwrap(), vec![true, false], "the broken content is reported once");
+    }
+}

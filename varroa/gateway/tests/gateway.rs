@@ -563,3 +563,29 @@ async fn the_binary_serves_mites_and_shuts_down_cleanly_on_sigterm() {
     let e = h.entry("team-a", "ci", 0).await.unwrap();
     assert!(!e.connected, "the stream was recorded closed before exit");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mite_that_moves_to_another_replica_is_released_by_the_first() {
+    let mut h = Harness::start().await;
+    let first = h.gw.take().unwrap();
+    h.start_gateway().await; // a second replica on the same NATS
+    let cert = h.mite_cert("team-a", "ci");
+    let mut on_first =
+        TestMite::dial(first.grpc_addr, h.ca.cert_pem(), Some(&cert), hello("team-a", "ci", 0)).await.unwrap();
+    let old = h.wait_entry("team-a", "ci", 0, "connected through the first replica", |e| e.connected).await;
+    let _on_second = h.dial(Some(&cert), hello("team-a", "ci", 0)).await.unwrap();
+    h.wait_entry("team-a", "ci", 0, "the second replica's session owns the entry", |e| {
+        e.session != old.session && e.connected
+    })
+    .await;
+    // The first replica notices at its next write (a heartbeat) and ends its stream as replaced.
+    match on_first.next().await {
+        Some(gateway_message::Kind::Error(e)) => assert_eq!(e.code, "replaced"),
+        other => panic!("expected Error replaced, got {other:?}"),
+    }
+    eventually("the first replica holds no stream", || async { (first.gateway.stream_count() == 0).then_some(()) })
+        .await;
+    let e = h.entry("team-a", "ci", 0).await.unwrap();
+    assert!(e.connected && e.session != old.session, "the first replica did not write over the second: {e:?}");
+    first.shutdown().await;
+}
