@@ -19,7 +19,8 @@
 //!    there ends its stream as replaced (and never writes `connected: false` over the newer one).
 //! 3. **State.** The entry is written on hello (`connected`, `since`, replica, session,
 //!    heartbeat; the observation and last apply result of the previous stream are kept), on every
-//!    observation delta (merged) and apply result, on heartbeats at most once per heartbeat
+//!    observation delta (merged) and apply result (coalesced: at most one write per
+//!    [`MIN_WRITE_INTERVAL`]), on heartbeats at most once per heartbeat
 //!    interval, and with `connected: false` when the stream ends. A write that fails (NATS down)
 //!    leaves the entry dirty and is retried every second; the stream stays up meanwhile.
 //! 4. **Desired.** The controller's current desired entry is sent after the `Welcome`, and each
@@ -61,6 +62,9 @@ pub struct GatewayOptions {
 pub const MAX_CELL: u32 = 9_999;
 /// How often a dirty entry is written again after a failed write.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// The shortest time between two writes of one cell's entry (observations and apply results
+/// arriving faster are coalesced into one write).
+pub const MIN_WRITE_INTERVAL: Duration = Duration::from_millis(200);
 /// How long one KV operation may take before it counts as failed.
 const KV_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -331,20 +335,48 @@ impl Session {
         Write::Failed
     }
 
+    /// Sends `current` unless this stream already got its digest. False when the mite does not
+    /// take it within three heartbeat intervals (it stopped reading: the stream is ended).
     async fn send_desired(
         &mut self,
         tx: &mpsc::Sender<Result<GatewayMessage, Status>>,
         current: &crate::desired::Current,
-    ) {
-        let Some(d) = current else { return };
+    ) -> bool {
+        let Some(d) = current else { return true };
         if self.last_sent_digest.as_deref() == Some(d.digest.as_str()) {
-            return;
+            return true;
         }
-        if tx.send(Ok(message(gateway_message::Kind::Desired(d.to_message())))).await.is_ok() {
-            tracing::info!(mite = %self.key, digest = %d.digest, "desired configuration sent");
-            self.shared.metrics.desired_pushed();
-            self.last_sent_digest = Some(d.digest.clone());
+        let wait = self.shared.options.heartbeat_interval * 3;
+        let msg = Ok(message(gateway_message::Kind::Desired(d.to_message())));
+        match tokio::time::timeout(wait, tx.send(msg)).await {
+            Ok(Ok(())) => {
+                tracing::info!(mite = %self.key, digest = %d.digest, "desired configuration sent");
+                self.shared.metrics.desired_pushed();
+                self.last_sent_digest = Some(d.digest.clone());
+                true
+            }
+            Ok(Err(_)) => false,
+            Err(_) => {
+                tracing::warn!(mite = %self.key, "the mite does not read its stream; closing it");
+                false
+            }
         }
+    }
+
+    /// When the next write is due after one just attempted: soon again if it failed, else none.
+    fn after_write(&self) -> Option<tokio::time::Instant> {
+        self.dirty.then(|| tokio::time::Instant::now() + RETRY_EVERY)
+    }
+
+    /// Schedules a write of a change: at once, or when [`MIN_WRITE_INTERVAL`] since the last one
+    /// has passed (a chatty mite costs at most a few writes a second), keeping an earlier one.
+    fn schedule(&self, pending: Option<tokio::time::Instant>, after: Duration) -> Option<tokio::time::Instant> {
+        let now = tokio::time::Instant::now();
+        let at = match self.last_write {
+            Some(t) => (tokio::time::Instant::from_std(t) + after).max(now),
+            None => now,
+        };
+        Some(pending.map_or(at, |p| p.min(at)))
     }
 
     async fn run(
@@ -356,13 +388,15 @@ impl Session {
         let heartbeat = self.shared.options.heartbeat_interval;
         let mut desired = self.shared.desired.subscribe(&self.controller);
         let current = desired.borrow_and_update().clone();
-        self.send_desired(&tx, &current).await;
-        let mut retry = tokio::time::interval(RETRY_EVERY);
-        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut deadline = tokio::time::Instant::now() + heartbeat * 3;
-        let mut heartbeat_pending = false;
+        // When the entry must be written next (a change, a heartbeat, a retry); None: nothing to write.
+        let mut pending = self.after_write();
         let mut stopping = self.shared.stopping.clone();
+        if !self.send_desired(&tx, &current).await {
+            return self.finish(End::Closed, &tx).await;
+        }
         let end = loop {
+            let write_at = pending.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 msg = inbound.message() => {
                     let msg = match msg {
@@ -371,38 +405,46 @@ impl Session {
                     };
                     deadline = tokio::time::Instant::now() + heartbeat * 3;
                     self.entry.last_heartbeat = Some(now());
-                    let write_now = match msg.kind {
+                    match msg.kind {
                         Some(mite_message::Kind::Heartbeat(_)) => {
                             self.shared.metrics.message("heartbeat");
-                            heartbeat_pending = true;
-                            self.last_write.is_none_or(|t| t.elapsed() >= heartbeat)
+                            // Heartbeats are written at most once per interval.
+                            pending = self.schedule(pending, heartbeat);
                         }
                         Some(mite_message::Kind::Observation(delta)) => {
                             self.shared.metrics.message("observation");
-                            self.entry.observation.merge(&delta)
+                            if self.entry.observation.merge(&delta) {
+                                pending = self.schedule(pending, MIN_WRITE_INTERVAL);
+                            }
                         }
                         Some(mite_message::Kind::ApplyResult(r)) => {
                             self.shared.metrics.message("apply_result");
                             tracing::info!(mite = %self.key, digest = %r.digest, succeeded = r.succeeded, "apply result");
                             self.entry.last_apply_result = Some(ApplyResultRecord::from(&r));
-                            true
+                            pending = self.schedule(pending, MIN_WRITE_INTERVAL);
                         }
                         Some(mite_message::Kind::Hello(_)) => {
                             self.shared.metrics.message("hello_again");
-                            let _ = tx.send(Err(Status::invalid_argument("Hello is only valid as the first message"))).await;
+                            let _ = tx.try_send(Err(Status::invalid_argument("Hello is only valid as the first message")));
                             break End::Closed;
                         }
-                        None => { self.shared.metrics.message("unknown"); false }
-                    };
-                    if write_now || self.dirty {
-                        heartbeat_pending = false;
-                        if let Write::Replaced = self.write().await { break End::Replaced; }
+                        None => self.shared.metrics.message("unknown"),
                     }
                 }
+                _ = tokio::time::sleep_until(write_at), if pending.is_some() => {
+                    if let Write::Replaced = self.write().await {
+                        break End::Replaced;
+                    }
+                    pending = self.after_write();
+                }
                 changed = desired.changed() => {
-                    if changed.is_err() { break End::Closed; }
+                    if changed.is_err() {
+                        break End::Closed;
+                    }
                     let current = desired.borrow_and_update().clone();
-                    self.send_desired(&tx, &current).await;
+                    if !self.send_desired(&tx, &current).await {
+                        break End::Closed;
+                    }
                 }
                 _ = replaced.changed() => break End::Replaced,
                 res = stopping.changed() => {
@@ -411,13 +453,6 @@ impl Session {
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => break End::HeartbeatTimeout,
-                _ = retry.tick() => {
-                    let due = heartbeat_pending && self.last_write.is_none_or(|t| t.elapsed() >= heartbeat);
-                    if self.dirty || due {
-                        heartbeat_pending = false;
-                        if let Write::Replaced = self.write().await { break End::Replaced; }
-                    }
-                }
                 _ = tx.closed() => break End::Closed,
             }
         };

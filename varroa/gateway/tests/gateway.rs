@@ -589,3 +589,19 @@ async fn a_mite_that_moves_to_another_replica_is_released_by_the_first() {
     assert!(e.connected && e.session != old.session, "the first replica did not write over the second: {e:?}");
     first.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chatty_mite_costs_a_few_writes_and_its_last_word_lands() {
+    let h = Harness::start().await;
+    let mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    h.wait_entry("team-a", "ci", 0, "connected", |e| e.connected).await;
+    let key = ControllerKey::new("team-a", "ci").unwrap().cell(0).to_string();
+    let before = h.mites.entry(&key).await.unwrap().unwrap().revision;
+    for n in 1..=100u32 {
+        mite.send(mite_message::Kind::Observation(pb::Observation { queue_length: Some(n), ..Default::default() }))
+            .await;
+    }
+    h.wait_entry("team-a", "ci", 0, "the last observation lands", |e| e.observation.queue_length == Some(100)).await;
+    let writes = h.mites.entry(&key).await.unwrap().unwrap().revision - before;
+    assert!((1..=10).contains(&writes), "100 observations in a burst cost {writes} writes");
+}
