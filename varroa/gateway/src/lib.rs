@@ -71,6 +71,9 @@ pub enum StartError {
     /// The health server failed to start.
     #[error("health server: {0}")]
     Health(String),
+    /// The cluster name is not usable in activity subjects.
+    #[error("--cluster: {0}")]
+    Cluster(varroa_link::kv::KvError),
     /// NATS could not be set up (an invalid URL; an unreachable server is retried instead).
     #[error(transparent)]
     Nats(#[from] varroa_link::nats::NatsError),
@@ -116,6 +119,7 @@ impl RunningGateway {
 /// Binds the listeners and starts serving; returns at once (NATS is connected in the background,
 /// and streams are refused with `UNAVAILABLE` until it is).
 pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> {
+    varroa_link::activity::global_subject(&config.options.cluster).map_err(StartError::Cluster)?;
     let metrics = Arc::new(metrics::Metrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
@@ -143,7 +147,15 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
     let connects_for_watch = connects.clone();
     let (mites_tx, mites_rx) = watch::channel(None);
     let desired = Arc::new(desired::DesiredCache::default());
-    let gateway = Gateway::new(config.options.clone(), mites_rx, desired.clone(), metrics.clone(), shutdown_rx.clone());
+    let activity = service::Activity::new(client.clone(), config.options.cluster.clone());
+    let gateway = Gateway::new(
+        config.options.clone(),
+        mites_rx,
+        desired.clone(),
+        metrics.clone(),
+        shutdown_rx.clone(),
+        Some(activity),
+    );
 
     let mut tasks = Vec::new();
     // gRPC: our accept loop feeds tonic.

@@ -45,6 +45,9 @@ struct Args {
     /// How often mites send heartbeats, in seconds (a stream silent for three is closed).
     #[arg(long, env = "VARROA_GATEWAY_HEARTBEAT_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     heartbeat_seconds: u64,
+    /// The cluster's name in activity subjects (activity.<cluster>.<ns>.<ctrl>); a DNS-1123 label.
+    #[arg(long, env = "VARROA_CLUSTER", default_value = "local")]
+    cluster: String,
     /// How long a mite may take to send its Hello, in seconds.
     #[arg(long, env = "VARROA_GATEWAY_HELLO_TIMEOUT_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     hello_timeout_seconds: u64,
@@ -86,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
             replica: replica.clone(),
             heartbeat_interval: Duration::from_secs(args.heartbeat_seconds),
             hello_timeout: Duration::from_secs(args.hello_timeout_seconds),
+            cluster: args.cluster,
         },
     };
     let running = varroa_gateway::start(config).await.context("starting varroa-gateway")?;

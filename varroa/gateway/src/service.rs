@@ -56,6 +56,43 @@ pub struct GatewayOptions {
     pub heartbeat_interval: Duration,
     /// How long the first message (`Hello`) may take.
     pub hello_timeout: Duration,
+    /// The cluster name in activity subjects (`activity.<cluster>.<ns>.<ctrl>`); a DNS-1123 label.
+    pub cluster: String,
+}
+
+/// Publishes activity events on core NATS (see [`varroa_link::activity`]). Fire and forget: the
+/// client buffers while reconnecting; an event lost to a long outage is logged, not retried.
+#[derive(Clone)]
+pub struct Activity {
+    client: async_nats::Client,
+    cluster: String,
+}
+
+impl Activity {
+    /// Publishes with `client` for `cluster`.
+    pub fn new(client: async_nats::Client, cluster: String) -> Self {
+        Activity { client, cluster }
+    }
+
+    async fn publish(&self, key: &MiteKey, kind: &'static str, message: String) {
+        let Ok(subject) = varroa_link::activity::controller_subject(&self.cluster, &key.controller) else {
+            return; // the cluster name is validated at start-up
+        };
+        let event = varroa_link::activity::ActivityEvent {
+            id: session_id(),
+            time: now(),
+            cluster: self.cluster.clone(),
+            namespace: key.controller.namespace().to_owned(),
+            controller: key.controller.controller().to_owned(),
+            source: varroa_link::activity::SOURCE_MITE.to_owned(),
+            kind: kind.to_owned(),
+            message,
+            cell: Some(key.cell),
+        };
+        if let Err(e) = self.client.publish(subject, kv::encode(&event)).await {
+            tracing::warn!(error = %e, mite = %key, kind, "cannot publish activity");
+        }
+    }
 }
 
 /// The highest cell ordinal accepted when the controller's cell count is unknown.
@@ -78,6 +115,7 @@ pub struct Shared {
     sessions: Mutex<HashMap<MiteKey, (String, watch::Sender<bool>)>>,
     /// Becomes true when the replica shuts down: every stream ends (`shutting_down`).
     stopping: watch::Receiver<bool>,
+    activity: Option<Activity>,
 }
 
 /// The service (cheap to clone).
@@ -94,8 +132,19 @@ impl Gateway {
         desired: Arc<DesiredCache>,
         metrics: Arc<Metrics>,
         stopping: watch::Receiver<bool>,
+        activity: Option<Activity>,
     ) -> Self {
-        Gateway { shared: Arc::new(Shared { options, mites, desired, metrics, sessions: Mutex::default(), stopping }) }
+        Gateway {
+            shared: Arc::new(Shared {
+                options,
+                mites,
+                desired,
+                metrics,
+                sessions: Mutex::default(),
+                stopping,
+                activity,
+            }),
+        }
     }
 
     /// How many streams this replica holds.
@@ -223,6 +272,12 @@ impl MiteLink for Gateway {
             hello,
         };
         session.first_write().await;
+        session
+            .activity(
+                varroa_link::activity::MITE_CONNECTED,
+                format!("mite of cell {} connected to gateway {}", session.key.cell, session.shared.options.replica),
+            )
+            .await;
         tokio::spawn(async move { session.run(inbound, tx, replaced_rx).await });
         let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
         Ok(Response::new(Box::pin(stream)))
@@ -258,6 +313,12 @@ enum End {
 }
 
 impl Session {
+    async fn activity(&self, kind: &'static str, message: String) {
+        if let Some(a) = &self.shared.activity {
+            a.publish(&self.key, kind, message).await;
+        }
+    }
+
     /// Reads the cell's entry (keeping its observation and last apply) and writes the new stream.
     async fn first_write(&mut self) {
         let previous = match tokio::time::timeout(KV_TIMEOUT, self.store.entry(self.key.to_string())).await {
@@ -413,13 +474,23 @@ impl Session {
                         }
                         Some(mite_message::Kind::Observation(delta)) => {
                             self.shared.metrics.message("observation");
+                            let before = self.entry.observation.clone();
                             if self.entry.observation.merge(&delta) {
                                 pending = self.schedule(pending, MIN_WRITE_INTERVAL);
+                                for (kind, text) in varroa_link::activity::observation_changes(&before, &self.entry.observation) {
+                                    self.activity(kind, text).await;
+                                }
                             }
                         }
                         Some(mite_message::Kind::ApplyResult(r)) => {
                             self.shared.metrics.message("apply_result");
                             tracing::info!(mite = %self.key, digest = %r.digest, succeeded = r.succeeded, "apply result");
+                            let (kind, text) = if r.succeeded {
+                                (varroa_link::activity::APPLY_SUCCEEDED, format!("configuration {} applied", r.digest))
+                            } else {
+                                (varroa_link::activity::APPLY_FAILED, format!("configuration {} not applied: {}", r.digest, r.message))
+                            };
+                            self.activity(kind, text).await;
                             self.entry.last_apply_result = Some(ApplyResultRecord::from(&r));
                             pending = self.schedule(pending, MIN_WRITE_INTERVAL);
                         }
@@ -474,6 +545,12 @@ impl Session {
         let error = |code: &str, text: &str| {
             message(gateway_message::Kind::Error(pb::Error { code: code.into(), message: text.into() }))
         };
+        let reason = match end {
+            End::Replaced => "replaced",
+            End::HeartbeatTimeout => "no message for three heartbeat intervals",
+            End::ShuttingDown => "the gateway replica shut down",
+            End::Closed => "the stream closed",
+        };
         match end {
             End::Replaced => {
                 tracing::info!(mite = %self.key, "stream replaced by a newer one");
@@ -495,6 +572,13 @@ impl Session {
         self.entry.connected = false;
         self.entry.disconnected_at = Some(now());
         // Only if the entry is still this session's (a write conflict with another means replaced).
-        let _ = self.write().await;
+        if let Write::Replaced = self.write().await {
+            return;
+        }
+        self.activity(
+            varroa_link::activity::MITE_DISCONNECTED,
+            format!("mite of cell {} disconnected: {reason}", self.key.cell),
+        )
+        .await;
     }
 }

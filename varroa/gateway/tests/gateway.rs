@@ -29,6 +29,7 @@ struct Harness {
     mites: Store,
     desired: Store,
     creds: Option<PathBuf>,
+    client: async_nats::Client,
 }
 
 impl Harness {
@@ -71,10 +72,11 @@ impl Harness {
             name: "test".into(),
             max_reconnect_delay: Duration::from_millis(250),
         };
-        let js = async_nats::jetstream::new(varroa_link::nats::connect(&settings).await.unwrap());
+        let client = varroa_link::nats::connect(&settings).await.unwrap();
+        let js = async_nats::jetstream::new(client.clone());
         let mites = kv::open_mites(&js, 1).await.unwrap();
         let desired = kv::open_desired(&js, 1).await.unwrap();
-        let mut h = Harness { nats, dir, ca, tls, gw: None, mites, desired, creds };
+        let mut h = Harness { nats, dir, ca, tls, gw: None, mites, desired, creds, client };
         h.start_gateway().await;
         h
     }
@@ -95,6 +97,7 @@ impl Harness {
                 replica: "gw-test-0".into(),
                 heartbeat_interval: Duration::from_secs(1),
                 hello_timeout: Duration::from_secs(5),
+                cluster: "test".into(),
             },
         };
         let gw = varroa_gateway::start(config).await.unwrap();
@@ -604,4 +607,51 @@ async fn a_chatty_mite_costs_a_few_writes_and_its_last_word_lands() {
     h.wait_entry("team-a", "ci", 0, "the last observation lands", |e| e.observation.queue_length == Some(100)).await;
     let writes = h.mites.entry(&key).await.unwrap().unwrap().revision - before;
     assert!((1..=10).contains(&writes), "100 observations in a burst cost {writes} writes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mite_observed_changes_are_published_as_activity() {
+    use futures::StreamExt;
+    use varroa_link::activity::{self, ActivityEvent};
+    let h = Harness::start().await;
+    let mut events = h.client.subscribe("activity.test.team-a.ci").await.unwrap();
+    h.client.flush().await.unwrap();
+    let mut next = async || -> ActivityEvent {
+        let msg = tokio::time::timeout(DEADLINE, events.next()).await.expect("an activity event").unwrap();
+        serde_json::from_slice(&msg.payload).unwrap()
+    };
+    let mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    let e = next().await;
+    assert_eq!((e.kind.as_str(), e.source.as_str(), e.cell), (activity::MITE_CONNECTED, "mite", Some(0)));
+    assert_eq!((e.cluster.as_str(), e.namespace.as_str(), e.controller.as_str()), ("test", "team-a", "ci"));
+
+    let base = pb::Observation {
+        version: Some("2.479.1".into()),
+        quieting_down: Some(false),
+        queue_length: Some(0),
+        ..Default::default()
+    };
+    mite.send(mite_message::Kind::Observation(base)).await;
+    mite.send(mite_message::Kind::Observation(pb::Observation { queue_length: Some(5), ..Default::default() })).await;
+    mite.send(mite_message::Kind::Observation(pb::Observation { quieting_down: Some(true), ..Default::default() }))
+        .await;
+    assert_eq!(
+        next().await.kind,
+        activity::QUIET_DOWN_STARTED,
+        "the first full observation and queue changes are not activity"
+    );
+    mite.send(mite_message::Kind::ApplyResult(pb::ApplyResult {
+        digest: "sha256:x".into(),
+        succeeded: false,
+        message: "unknown root key bogus".into(),
+        ..Default::default()
+    }))
+    .await;
+    let e = next().await;
+    assert_eq!(e.kind, activity::APPLY_FAILED);
+    assert!(e.message.contains("unknown root key bogus"), "{}", e.message);
+    drop(mite);
+    let e = next().await;
+    assert_eq!(e.kind, activity::MITE_DISCONNECTED);
+    assert_ne!(e.id, "", "events carry an id for deduplication");
 }

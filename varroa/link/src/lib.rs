@@ -7,6 +7,7 @@
 //! - [`kv`]: the JetStream key-value buckets `varroa_mites` (written by the gateway, read by the
 //!   operator and the BFF) and `varroa_desired` (written by the operator, watched by the
 //!   gateway): bucket names and settings, key encoding, and the JSON entries.
+//! - [`activity`]: activity events and their subjects (`activity.<cluster>.<ns>.<ctrl>`).
 //! - [`nats`]: connecting to NATS with a credential re-read from a file on every (re)connect,
 //!   so a rotated password needs no restart (every Varroa component connects this way).
 //! - `testing` (cargo feature `testing`): a real `nats-server` with JetStream for tests.
@@ -14,6 +15,7 @@
 //! Keeping these in one small crate means the mite, the gateway and the operator cannot disagree
 //! on a field name, a key layout or a bucket setting.
 
+pub mod activity;
 pub mod kv;
 pub mod nats;
 #[cfg(feature = "testing")]
