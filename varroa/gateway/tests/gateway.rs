@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use async_nats::jetstream::kv::Store;
 use tokio::sync::mpsc;
 use tonic::Streaming;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 use varroa_gateway::{GatewayConfig, GatewayOptions, RunningGateway, TlsFiles};
 use varroa_link::kv::{self, ControllerKey, DesiredEntry, MiteEntry};
 use varroa_link::nats::ConnectSettings;
@@ -208,16 +208,25 @@ impl TestMite {
         cert: Option<&IssuedCert>,
         hello: pb::Hello,
     ) -> Result<TestMite, String> {
-        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(server_ca)).domain_name("localhost");
-        if let Some(c) = cert {
-            tls = tls.identity(Identity::from_pem(&c.cert_pem, &c.key_pem));
-        }
-        let endpoint = Endpoint::from_shared(format!("https://localhost:{}", addr.port()))
-            .map_err(|e| e.to_string())?
-            .tls_config(tls)
-            .map_err(|e| e.to_string())?
-            .connect_timeout(Duration::from_secs(5));
-        let channel = endpoint.connect().await.map_err(|e| format!("connect: {e:?}"))?;
+        let mut address = varroa_link::client::GatewayAddress::new(format!("https://localhost:{}", addr.port()));
+        address.connect_timeout = Duration::from_secs(5);
+        let channel = match cert {
+            Some(c) => varroa_link::client::channel(&address, server_ca, &c.cert_pem, &c.key_pem)
+                .await
+                .map_err(|e| e.to_string())?,
+            None => {
+                // No client certificate: the shared helper always presents one, so build by hand.
+                let tls =
+                    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(server_ca)).domain_name("localhost");
+                Endpoint::from_shared(address.url.clone())
+                    .map_err(|e| e.to_string())?
+                    .tls_config(tls)
+                    .map_err(|e| e.to_string())?
+                    .connect()
+                    .await
+                    .map_err(|e| format!("connect: {e:?}"))?
+            }
+        };
         let (tx, mut out) = mpsc::channel::<MiteMessage>(16);
         tx.send(MiteMessage { kind: Some(mite_message::Kind::Hello(hello)) }).await.unwrap();
         let outbound = futures::stream::poll_fn(move |cx| out.poll_recv(cx));

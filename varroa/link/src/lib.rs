@@ -4,6 +4,7 @@
 //!   generated from the checked-in `proto/varroa/link/v1/link.proto` (no `protoc` needed: the
 //!   build compiles it with `protox`). Both the client (`MiteLinkClient`) and the server
 //!   (`MiteLinkServer`, `MiteLink`) are generated.
+//! - [`client`]: the mite's gRPC channel to the gateway (mutual TLS, keepalive).
 //! - [`kv`]: the JetStream key-value buckets `varroa_mites` (written by the gateway, read by the
 //!   operator and the BFF) and `varroa_desired` (written by the operator, watched by the
 //!   gateway): bucket names and settings, key encoding, and the JSON entries.
@@ -16,6 +17,7 @@
 //! on a field name, a key layout or a bucket setting.
 
 pub mod activity;
+pub mod client;
 pub mod kv;
 pub mod nats;
 #[cfg(feature = "testing")]
