@@ -45,6 +45,9 @@ struct Args {
     /// How often mites send heartbeats, in seconds (a stream silent for three is closed).
     #[arg(long, env = "VARROA_GATEWAY_HEARTBEAT_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     heartbeat_seconds: u64,
+    /// The most mite streams this replica holds (further ones are refused; the mites retry).
+    #[arg(long, env = "VARROA_GATEWAY_MAX_STREAMS", default_value_t = 5000)]
+    max_streams: usize,
     /// The cluster's name in activity subjects (activity.<cluster>.<ns>.<ctrl>); a DNS-1123 label.
     #[arg(long, env = "VARROA_CLUSTER", default_value = "local")]
     cluster: String,
@@ -90,6 +93,7 @@ async fn main() -> anyhow::Result<()> {
             heartbeat_interval: Duration::from_secs(args.heartbeat_seconds),
             hello_timeout: Duration::from_secs(args.hello_timeout_seconds),
             cluster: args.cluster,
+            max_streams: args.max_streams,
         },
     };
     let running = varroa_gateway::start(config).await.context("starting varroa-gateway")?;

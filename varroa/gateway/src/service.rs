@@ -56,6 +56,9 @@ pub struct GatewayOptions {
     pub heartbeat_interval: Duration,
     /// How long the first message (`Hello`) may take.
     pub hello_timeout: Duration,
+    /// The most streams this replica holds; further ones are refused with `RESOURCE_EXHAUSTED`
+    /// (the mite retries, and the Service may send it to another replica).
+    pub max_streams: usize,
     /// The cluster name in activity subjects (`activity.<cluster>.<ns>.<ctrl>`); a DNS-1123 label.
     pub cluster: String,
 }
@@ -216,11 +219,11 @@ impl MiteLink for Gateway {
         };
         let cert_uri = cert_identity.uri();
         if hello.identity != cert_uri {
-            tracing::warn!(peer = %peer.addr, certificate = %cert_uri, claimed = %hello.identity, "stream refused: the hello claims another identity");
+            let claimed = kv::bounded(&hello.identity, kv::MAX_SHORT_FIELD);
+            tracing::warn!(peer = %peer.addr, certificate = %cert_uri, %claimed, "stream refused: the hello claims another identity");
             s.metrics.refused("identity_mismatch");
             return Err(Status::permission_denied(format!(
-                "the hello names {:?} but the client certificate is {cert_uri}",
-                hello.identity
+                "the hello names {claimed:?} but the client certificate is {cert_uri}"
             )));
         }
         let controller = ControllerKey::new(&cert_identity.namespace, &cert_identity.controller).map_err(|e| {
@@ -239,6 +242,17 @@ impl MiteLink for Gateway {
             )));
         }
         let key = controller.cell(hello.cell);
+        {
+            let sessions = s.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            if sessions.len() >= s.options.max_streams && !sessions.contains_key(&key) {
+                tracing::warn!(peer = %peer.addr, mite = %key, max = s.options.max_streams, "stream refused: this replica is full");
+                s.metrics.refused("full");
+                return Err(Status::resource_exhausted(format!(
+                    "this gateway replica holds its maximum of {} streams; retry (another replica may take it)",
+                    s.options.max_streams
+                )));
+            }
+        }
         let session = session_id();
         let (replaced_tx, replaced_rx) = watch::channel(false);
         if let Some((_, old)) =
@@ -247,7 +261,13 @@ impl MiteLink for Gateway {
             tracing::info!(mite = %key, "a newer stream replaces this cell's open stream");
             let _ = old.send(true);
         }
-        tracing::info!(peer = %peer.addr, mite = %key, jenkins = %hello.jenkins_version, mite_version = %hello.mite_version, "mite connected");
+        tracing::info!(
+            peer = %peer.addr,
+            mite = %key,
+            jenkins = %kv::bounded(&hello.jenkins_version, kv::MAX_SHORT_FIELD),
+            mite_version = %kv::bounded(&hello.mite_version, kv::MAX_SHORT_FIELD),
+            "mite connected"
+        );
         s.metrics.stream(1);
 
         let (tx, rx) = mpsc::channel::<Result<GatewayMessage, Status>>(16);
@@ -338,9 +358,9 @@ impl Session {
         self.entry.last_heartbeat = Some(t);
         self.entry.gateway_replica = self.shared.options.replica.clone();
         self.entry.session = self.id.clone();
-        self.entry.jenkins_version = self.hello.jenkins_version.clone();
-        self.entry.plugin_digest = self.hello.plugin_digest.clone();
-        self.entry.mite_version = self.hello.mite_version.clone();
+        self.entry.jenkins_version = kv::bounded(&self.hello.jenkins_version, kv::MAX_SHORT_FIELD);
+        self.entry.plugin_digest = kv::bounded(&self.hello.plugin_digest, kv::MAX_SHORT_FIELD);
+        self.entry.mite_version = kv::bounded(&self.hello.mite_version, kv::MAX_SHORT_FIELD);
         // On hello, this stream takes the cell over whoever wrote it before.
         let _ = self.write().await;
     }
@@ -484,14 +504,15 @@ impl Session {
                         }
                         Some(mite_message::Kind::ApplyResult(r)) => {
                             self.shared.metrics.message("apply_result");
-                            tracing::info!(mite = %self.key, digest = %r.digest, succeeded = r.succeeded, "apply result");
+                            let record = ApplyResultRecord::from(&r);
+                            tracing::info!(mite = %self.key, digest = %record.digest, succeeded = r.succeeded, "apply result");
                             let (kind, text) = if r.succeeded {
-                                (varroa_link::activity::APPLY_SUCCEEDED, format!("configuration {} applied", r.digest))
+                                (varroa_link::activity::APPLY_SUCCEEDED, format!("configuration {} applied", record.digest))
                             } else {
-                                (varroa_link::activity::APPLY_FAILED, format!("configuration {} not applied: {}", r.digest, r.message))
+                                (varroa_link::activity::APPLY_FAILED, format!("configuration {} not applied: {}", record.digest, record.message))
                             };
                             self.activity(kind, text).await;
-                            self.entry.last_apply_result = Some(ApplyResultRecord::from(&r));
+                            self.entry.last_apply_result = Some(record);
                             pending = self.schedule(pending, MIN_WRITE_INTERVAL);
                         }
                         Some(mite_message::Kind::Hello(_)) => {

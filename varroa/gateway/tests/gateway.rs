@@ -30,6 +30,7 @@ struct Harness {
     desired: Store,
     creds: Option<PathBuf>,
     client: async_nats::Client,
+    max_streams: usize,
 }
 
 impl Harness {
@@ -76,7 +77,7 @@ impl Harness {
         let js = async_nats::jetstream::new(client.clone());
         let mites = kv::open_mites(&js, 1).await.unwrap();
         let desired = kv::open_desired(&js, 1).await.unwrap();
-        let mut h = Harness { nats, dir, ca, tls, gw: None, mites, desired, creds, client };
+        let mut h = Harness { nats, dir, ca, tls, gw: None, mites, desired, creds, client, max_streams: 100 };
         h.start_gateway().await;
         h
     }
@@ -98,6 +99,7 @@ impl Harness {
                 heartbeat_interval: Duration::from_secs(1),
                 hello_timeout: Duration::from_secs(5),
                 cluster: "test".into(),
+                max_streams: self.max_streams,
             },
         };
         let gw = varroa_gateway::start(config).await.unwrap();
@@ -663,4 +665,19 @@ async fn mite_observed_changes_are_published_as_activity() {
     let e = next().await;
     assert_eq!(e.kind, activity::MITE_DISCONNECTED);
     assert_ne!(e.id, "", "events carry an id for deduplication");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_replica_refuses_new_streams_but_lets_a_cell_reconnect() {
+    let mut h = Harness::start().await;
+    h.gw.take().unwrap().shutdown().await;
+    h.max_streams = 1;
+    h.start_gateway().await;
+    let cert = h.mite_cert("team-a", "ci");
+    let _one = h.dial(Some(&cert), hello("team-a", "ci", 0)).await.unwrap();
+    let err = h.dial(Some(&cert), hello("team-a", "ci", 1)).await.unwrap_err();
+    assert_eq!(status_code(&err), "ResourceExhausted", "{err}");
+    assert!(err.contains("maximum of 1 streams"), "{err}");
+    // The same cell reconnecting replaces its stream instead of counting twice.
+    let _again = h.dial(Some(&cert), hello("team-a", "ci", 0)).await.unwrap();
 }

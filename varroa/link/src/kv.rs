@@ -266,12 +266,34 @@ pub struct Observation {
     pub idle_for_seconds: Option<u64>,
 }
 
+/// The longest short string field kept from a mite (versions, modes, digests, paths), in bytes.
+pub const MAX_SHORT_FIELD: usize = 256;
+/// The longest apply message kept (Jenkins' error), in bytes.
+pub const MAX_APPLY_MESSAGE: usize = 8 * 1024;
+/// The most drift paths kept per apply result.
+pub const MAX_DRIFT_PATHS: usize = 64;
+
+/// `s` cut to at most `max` bytes at a character boundary, with `…` when cut: what a mite sends
+/// is bounded before it is stored, so one entry always fits [`MITES_MAX_VALUE_BYTES`].
+pub fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
 impl Observation {
-    /// Merges a delta: every field the delta sets replaces this one's; the rest stay.
-    /// Returns whether anything changed.
+    /// Merges a delta: every field the delta sets replaces this one's; the rest stay. Strings are
+    /// [`bounded`] to [`MAX_SHORT_FIELD`]. Returns whether anything changed.
     pub fn merge(&mut self, delta: &crate::proto::v1::Observation) -> bool {
         let before = self.clone();
-        let d = delta.clone();
+        let mut d = delta.clone();
+        d.version = d.version.map(|v| bounded(&v, MAX_SHORT_FIELD));
+        d.mode = d.mode.map(|v| bounded(&v, MAX_SHORT_FIELD));
         if d.version.is_some() {
             self.version = d.version;
         }
@@ -318,12 +340,19 @@ pub struct ApplyResultRecord {
 }
 
 impl From<&crate::proto::v1::ApplyResult> for ApplyResultRecord {
+    /// Bounded: the digest and each path to [`MAX_SHORT_FIELD`], the message to
+    /// [`MAX_APPLY_MESSAGE`], at most [`MAX_DRIFT_PATHS`] paths (the last says how many more).
     fn from(r: &crate::proto::v1::ApplyResult) -> Self {
+        let mut drift_paths: Vec<String> =
+            r.drift_paths.iter().take(MAX_DRIFT_PATHS).map(|p| bounded(p, MAX_SHORT_FIELD)).collect();
+        if r.drift_paths.len() > MAX_DRIFT_PATHS {
+            drift_paths.push(format!("… and {} more", r.drift_paths.len() - MAX_DRIFT_PATHS));
+        }
         ApplyResultRecord {
-            digest: r.digest.clone(),
+            digest: bounded(&r.digest, MAX_SHORT_FIELD),
             succeeded: r.succeeded,
-            message: r.message.clone(),
-            drift_paths: r.drift_paths.clone(),
+            message: bounded(&r.message, MAX_APPLY_MESSAGE),
+            drift_paths,
             finished_at: (r.finished_at_unix_ms > 0)
                 .then(|| Timestamp::from_millisecond(r.finished_at_unix_ms).ok())
                 .flatten(),
@@ -470,6 +499,30 @@ mod tests {
         let d = decode_desired("a.b", br#"{"digest":"sha256:1","files":{"jenkins.yaml":"x: 1"}}"#).unwrap();
         assert_eq!(d.to_message().files.get("jenkins.yaml").map(String::as_str), Some("x: 1"));
         assert!(decode_desired("a.b", b"{").unwrap_err().to_string().contains("varroa_desired"));
+    }
+
+    #[test]
+    fn what_a_mite_sends_is_bounded_so_an_entry_always_fits() {
+        assert_eq!(bounded("short", 10), "short");
+        let cut = bounded(&"é".repeat(100), 11);
+        assert!(cut.len() <= 11 && cut.ends_with('…'), "{cut}");
+        let huge = crate::proto::v1::ApplyResult {
+            digest: "d".repeat(10_000),
+            message: "m".repeat(100_000),
+            drift_paths: vec!["p".repeat(10_000); 10_000],
+            ..Default::default()
+        };
+        let mut entry = MiteEntry { last_apply_result: Some(ApplyResultRecord::from(&huge)), ..Default::default() };
+        let o = crate::proto::v1::Observation {
+            version: Some("v".repeat(100_000)),
+            mode: Some("m".repeat(100_000)),
+            ..Default::default()
+        };
+        entry.observation.merge(&o);
+        entry.jenkins_version = bounded(&"j".repeat(100_000), MAX_SHORT_FIELD);
+        let size = encode(&entry).len();
+        assert!(size < MITES_MAX_VALUE_BYTES as usize, "{size} bytes");
+        assert_eq!(entry.last_apply_result.unwrap().drift_paths.last().unwrap(), "… and 9936 more");
     }
 
     #[test]
