@@ -107,13 +107,6 @@ impl RunningGateway {
     pub fn nats_connections(&self) -> u64 {
         *self.connects.borrow()
     }
-
-    /// Waits until the gateway stops by itself (it does not, unless a task fails).
-    pub async fn wait(&mut self) {
-        if let Some(t) = self.tasks.first_mut() {
-            let _ = t.await;
-        }
-    }
 }
 
 /// Binds the listeners and starts serving; returns at once (NATS is connected in the background,

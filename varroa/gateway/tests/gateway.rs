@@ -31,6 +31,7 @@ struct Harness {
     creds: Option<PathBuf>,
     client: async_nats::Client,
     max_streams: usize,
+    heartbeat: Duration,
 }
 
 impl Harness {
@@ -77,7 +78,19 @@ impl Harness {
         let js = async_nats::jetstream::new(client.clone());
         let mites = kv::open_mites(&js, 1).await.unwrap();
         let desired = kv::open_desired(&js, 1).await.unwrap();
-        let mut h = Harness { nats, dir, ca, tls, gw: None, mites, desired, creds, client, max_streams: 100 };
+        let mut h = Harness {
+            nats,
+            dir,
+            ca,
+            tls,
+            gw: None,
+            mites,
+            desired,
+            creds,
+            client,
+            max_streams: 100,
+            heartbeat: Duration::from_secs(2),
+        };
         h.start_gateway().await;
         h
     }
@@ -96,7 +109,7 @@ impl Harness {
             bucket_replicas: 1,
             options: GatewayOptions {
                 replica: "gw-test-0".into(),
-                heartbeat_interval: Duration::from_secs(1),
+                heartbeat_interval: self.heartbeat,
                 hello_timeout: Duration::from_secs(5),
                 cluster: "test".into(),
                 max_streams: self.max_streams,
@@ -404,9 +417,13 @@ async fn a_second_stream_for_the_same_cell_replaces_the_first() {
     let e = h.wait_entry("team-a", "ci", 0, "the new session owns the entry", |e| e.session != first.session).await;
     assert!(e.connected);
     assert_eq!(h.gw.as_ref().unwrap().gateway.stream_count(), 1);
-    // The old stream's end did not mark the cell disconnected.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(h.entry("team-a", "ci", 0).await.unwrap().connected);
+    // Once the old stream has ended, the cell is still connected: its end wrote nothing.
+    eventually("the old stream ended", || async {
+        h.metrics().await.contains("varroa_gateway_streams 1\n").then_some(())
+    })
+    .await;
+    let e = h.entry("team-a", "ci", 0).await.unwrap();
+    assert!(e.connected && e.session != first.session, "{e:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -519,7 +536,10 @@ fn the_binary_documents_its_flags_and_environment() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_mite_is_closed_after_three_heartbeat_intervals() {
-    let h = Harness::start().await;
+    let mut h = Harness::start().await;
+    h.gw.take().unwrap().shutdown().await;
+    h.heartbeat = Duration::from_secs(1);
+    h.start_gateway().await;
     let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
     mite.heartbeats.take().unwrap().abort();
     let started = std::time::Instant::now();
