@@ -291,14 +291,16 @@ impl MiteLink for Gateway {
             last_sent_digest: None,
             hello,
         };
-        session.first_write().await;
-        session
-            .activity(
-                varroa_link::activity::MITE_CONNECTED,
-                format!("mite of cell {} connected to gateway {}", session.key.cell, session.shared.options.replica),
-            )
-            .await;
-        tokio::spawn(async move { session.run(inbound, tx, replaced_rx).await });
+        // Everything from here runs in the session's own task: the handler returns at once, so a
+        // client that goes away while the entry is written cannot leave a registered session
+        // without a task to end it.
+        tokio::spawn(async move {
+            session.first_write().await;
+            let text =
+                format!("mite of cell {} connected to gateway {}", session.key.cell, session.shared.options.replica);
+            session.activity(varroa_link::activity::MITE_CONNECTED, text).await;
+            session.run(inbound, tx, replaced_rx).await
+        });
         let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
         Ok(Response::new(Box::pin(stream)))
     }
