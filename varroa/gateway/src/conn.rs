@@ -100,11 +100,13 @@ pub async fn accept_loop(
             _ = out.closed() => return,
         };
         let _ = tcp.set_nodelay(true);
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+        let tls = tls.clone();
         let out = out.clone();
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            // Reads the TLS files (small, bounded) here rather than in the accept loop.
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
