@@ -701,3 +701,22 @@ async fn a_full_replica_refuses_new_streams_but_lets_a_cell_reconnect() {
     // The same cell reconnecting replaces its stream instead of counting twice.
     let _again = h.dial(Some(&cert), hello("team-a", "ci", 0)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_desired_entry_reaches_every_cell_of_the_controller_and_no_other() {
+    let h = Harness::start().await;
+    let cert = h.mite_cert("team-a", "big");
+    let mut cells = Vec::new();
+    for cell in 0..40 {
+        cells.push(h.dial(Some(&cert), hello("team-a", "big", cell)).await.unwrap());
+    }
+    let mut bystander = h.dial(Some(&h.mite_cert("team-a", "small")), hello("team-a", "small", 0)).await.unwrap();
+    let d = h.put_desired("team-a", "big", "sha256:fan-out", Some(40)).await;
+    for mite in &mut cells {
+        assert_eq!(mite.next_desired().await.digest, d.digest);
+    }
+    // The other controller got nothing: its next message is its own entry, written now.
+    let own = h.put_desired("team-a", "small", "sha256:own", None).await;
+    assert_eq!(bystander.next_desired().await.digest, own.digest);
+    assert_eq!(h.gw.as_ref().unwrap().gateway.stream_count(), 41);
+}
