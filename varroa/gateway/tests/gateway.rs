@@ -32,6 +32,7 @@ struct Harness {
     client: async_nats::Client,
     max_streams: usize,
     heartbeat: Duration,
+    hello_timeout: Duration,
 }
 
 impl Harness {
@@ -90,6 +91,7 @@ impl Harness {
             client,
             max_streams: 100,
             heartbeat: Duration::from_secs(2),
+            hello_timeout: Duration::from_secs(5),
         };
         h.start_gateway().await;
         h
@@ -110,7 +112,7 @@ impl Harness {
             options: GatewayOptions {
                 replica: "gw-test-0".into(),
                 heartbeat_interval: self.heartbeat,
-                hello_timeout: Duration::from_secs(5),
+                hello_timeout: self.hello_timeout,
                 cluster: "test".into(),
                 max_streams: self.max_streams,
             },
@@ -719,4 +721,26 @@ async fn one_desired_entry_reaches_every_cell_of_the_controller_and_no_other() {
     let own = h.put_desired("team-a", "small", "sha256:own", None).await;
     assert_eq!(bystander.next_desired().await.digest, own.digest);
     assert_eq!(h.gw.as_ref().unwrap().gateway.stream_count(), 41);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_a_hello_is_ended_after_the_hello_timeout() {
+    let mut h = Harness::start().await;
+    h.gw.take().unwrap().shutdown().await;
+    h.hello_timeout = Duration::from_secs(1);
+    h.start_gateway().await;
+    let cert = h.mite_cert("team-a", "ci");
+    let address = varroa_link::client::GatewayAddress::new(format!("https://localhost:{}", h.addr().port()));
+    let channel = varroa_link::client::channel(&address, h.ca.cert_pem(), &cert.cert_pem, &cert.key_pem).await.unwrap();
+    // A stream that never says anything.
+    let silent = futures::stream::pending::<MiteMessage>();
+    let status = MiteLinkClient::new(channel.clone()).connect(silent).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    // A first message that is not a Hello.
+    let beat = MiteMessage { kind: Some(mite_message::Kind::Heartbeat(pb::Heartbeat { sent_at_unix_ms: 0 })) };
+    let status = MiteLinkClient::new(channel).connect(futures::stream::iter([beat])).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(h.entry("team-a", "ci", 0).await.is_none());
+    let metrics = h.metrics().await;
+    assert!(metrics.contains("varroa_gateway_refused_total{reason=\"hello_timeout\"} 1"), "{metrics}");
 }
