@@ -577,15 +577,24 @@ impl Session {
         match end {
             End::Replaced => {
                 tracing::info!(mite = %self.key, "stream replaced by a newer one");
-                let _ = tx.try_send(Ok(error("replaced", "a newer stream for this controller cell took over")));
+                let _ = tx.try_send(Ok(error(
+                    varroa_link::error_codes::REPLACED,
+                    "a newer stream for this controller cell took over",
+                )));
                 return;
             }
             End::HeartbeatTimeout => {
                 tracing::warn!(mite = %self.key, "no message for three heartbeat intervals; closing the stream");
-                let _ = tx.try_send(Ok(error("heartbeat_timeout", "no message for three heartbeat intervals")));
+                let _ = tx.try_send(Ok(error(
+                    varroa_link::error_codes::HEARTBEAT_TIMEOUT,
+                    "no message for three heartbeat intervals",
+                )));
             }
             End::ShuttingDown => {
-                let _ = tx.try_send(Ok(error("shutting_down", "this gateway replica is shutting down; dial again")));
+                let _ = tx.try_send(Ok(error(
+                    varroa_link::error_codes::SHUTTING_DOWN,
+                    "this gateway replica is shutting down; dial again",
+                )));
             }
             End::Closed => tracing::info!(mite = %self.key, "mite disconnected"),
         }

@@ -31,6 +31,17 @@ pub mod proto {
     }
 }
 
+/// The codes of `GatewayMessage.Error`, sent just before the gateway ends a stream.
+pub mod error_codes {
+    /// A newer stream for the same controller cell took over (the mite need not reconnect at
+    /// once: the newer stream is probably its own).
+    pub const REPLACED: &str = "replaced";
+    /// The gateway replica is stopping: dial again (the Service sends the mite to another).
+    pub const SHUTTING_DOWN: &str = "shutting_down";
+    /// The gateway heard nothing for three heartbeat intervals.
+    pub const HEARTBEAT_TIMEOUT: &str = "heartbeat_timeout";
+}
+
 /// The largest gRPC message either end accepts, in bytes (a Desired configuration with every
 /// JCasC file is the largest message; it is also bounded by [`kv::DESIRED_MAX_VALUE_BYTES`]).
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
