@@ -170,13 +170,14 @@ impl Context {
         self.unblocked(&key_of(pe));
         self.reset_backoff(&key_of(pe));
         self.metrics.set_phase(&uid, None);
+        self.events.forget(&uid);
         let ns = crate::naming::namespace_name(&pe.namespace().unwrap_or_default(), &pe.name_any());
         self.metrics.writes.verified().forget_namespace(&ns);
         self.tracked_objects();
     }
 
     /// How many entries this process keeps about previews (backoff, conflict retries, expiries,
-    /// phases, verified objects); zero once every preview it saw is gone. Also exported as the
+    /// phases, verified objects, event series); zero once every preview it saw is gone. Also exported as the
     /// gauge `vesper_tracked_objects`.
     pub fn tracked_objects(&self) -> usize {
         let len = |m: &Mutex<HashMap<String, u32>>| m.lock().map(|m| m.len()).unwrap_or(0);
@@ -184,7 +185,8 @@ impl Context {
             + len(&self.blocked)
             + self.expired.lock().map(|e| e.len()).unwrap_or(0)
             + self.metrics.tracked_phases()
-            + self.metrics.writes.verified().len();
+            + self.metrics.writes.verified().len()
+            + self.events.tracked_series();
         self.metrics.tracked_objects.set(i64::try_from(n).unwrap_or(i64::MAX));
         n
     }

@@ -57,3 +57,38 @@ async fn events_are_listed_by_involved_object() -> anyhow::Result<()> {
     assert!(err.to_string().contains("event reason"), "{err}");
     Ok(())
 }
+
+#[tokio::test]
+async fn repeats_count_in_one_series_and_what_is_kept_goes_with_the_object() -> anyhow::Result<()> {
+    use k8s_openapi::api::events::v1::Event as NewEvent;
+    let dc = cluster().await?;
+    let cms: Api<ConfigMap> = Api::default_namespaced(dc.client());
+    let cm =
+        ConfigMap { metadata: ObjectMeta { name: Some("repeat".into()), ..Default::default() }, ..Default::default() };
+    let subject = cms.create(&PostParams::default(), &cm).await?.object_ref(&());
+    let uid = subject.uid.clone().unwrap_or_default();
+    let events = EventPublisher::new(dc.client(), "vesper.eventide.dev/operator", None);
+    for _ in 0..3 {
+        events.warning(&subject, "Restored", "Reconcile", "spec.replicas was changed by hand").await?;
+    }
+    let api: Api<NewEvent> = Api::default_namespaced(dc.client());
+    let about = |e: &NewEvent| e.regarding.as_ref().and_then(|r| r.uid.clone()).as_deref() == Some(uid.as_str());
+    let got: Vec<NewEvent> = api.list(&ListParams::default()).await?.items.into_iter().filter(about).collect();
+    assert_eq!(got.len(), 1, "three repeats are one Event: {got:#?}");
+    let series = got[0].series.as_ref().expect("a series after the first repeat");
+    assert_eq!(series.count, 3);
+    assert_eq!(got[0].reporting_instance.as_deref(), Some("vesper.eventide.dev/operator"));
+    assert_eq!(events.tracked_series(), 1);
+
+    // The Event expired in the cluster (deleted): the next repeat starts a new Event.
+    api.delete(got[0].metadata.name.as_deref().unwrap_or_default(), &Default::default()).await?;
+    events.warning(&subject, "Restored", "Reconcile", "again").await?;
+    let got: Vec<NewEvent> = api.list(&ListParams::default()).await?.items.into_iter().filter(about).collect();
+    assert_eq!(got.len(), 1);
+    assert!(got[0].series.is_none(), "a fresh Event: {got:#?}");
+
+    // The object is gone: nothing is kept about it.
+    events.forget(&uid);
+    assert_eq!(events.tracked_series(), 0);
+    Ok(())
+}
