@@ -71,6 +71,24 @@ pub struct Config {
     /// Renew a mite's certificate this long before it expires.
     #[arg(long, env = "VARROA_MITE_CERT_RENEW_BEFORE", default_value = "10d", value_parser = parse_duration)]
     pub mite_cert_renew_before: Duration,
+    /// The NATS server(s) of the control link (`nats://host:4222`, comma-separated). Without it
+    /// the control link is off: no mite state is read, no desired configuration is handed over,
+    /// and running controllers stop at `Running`.
+    #[arg(long, env = "VARROA_NATS_URL")]
+    pub nats_url: Option<String>,
+    /// A file with the operator's NATS user and password (`user=...` and `password=...` lines),
+    /// read again on every reconnect, so a rotated password needs no restart.
+    #[arg(long, env = "VARROA_NATS_CREDENTIALS_FILE")]
+    pub nats_credentials_file: Option<std::path::PathBuf>,
+    /// JetStream replicas of the varroa_mites and varroa_desired buckets, when the operator is
+    /// the first to create them (3 for the three-node NATS install).
+    #[arg(long, env = "VARROA_NATS_BUCKET_REPLICAS", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=5))]
+    pub nats_bucket_replicas: u64,
+    /// A mite whose last heartbeat (written by the gateway every 10s by default) is older than
+    /// this counts as lost: its controller shows `Mite unreachable`.
+    #[arg(long, env = "VARROA_MITE_HEARTBEAT_TIMEOUT", default_value = "45s", value_parser = parse_duration)]
+    pub mite_heartbeat_timeout: Duration,
     /// How often every controller is reconciled even when nothing changed.
     #[arg(long, env = "VARROA_RESYNC_INTERVAL", default_value = "5m", value_parser = parse_duration)]
     pub resync_interval: Duration,
@@ -184,6 +202,10 @@ impl Config {
             gateway_ca_secret: "varroa-system/varroa-gateway-ca".into(),
             mite_cert_validity: Duration::from_secs(30 * 86400),
             mite_cert_renew_before: Duration::from_secs(10 * 86400),
+            nats_url: None,
+            nats_credentials_file: None,
+            nats_bucket_replicas: 1,
+            mite_heartbeat_timeout: Duration::from_secs(45),
             resync_interval: Duration::from_secs(300),
             stamp_interval: Duration::from_secs(300),
             failed_dwell: Duration::from_secs(120),

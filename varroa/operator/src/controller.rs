@@ -146,9 +146,13 @@ impl Context {
             "kind": "Controller",
             "status": serde_json::to_value(status).map_err(|e| Error::Serialize("status", e))?,
         });
-        api.patch_status(&c.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body))
-            .await
-            .map_err(|e| Error::kube(format!("writing the status of {}", key_of(c)), e))?;
+        match api.patch_status(&c.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body)).await {
+            Ok(_) => {}
+            // Deleted since this pass read it: there is no status left to write, and the sweep
+            // forgets what was kept about it.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(Error::kube(format!("writing the status of {}", key_of(c)), e)),
+        }
         self.metrics.writes.record("ControllerStatus", opkit::apply::Outcome::Updated);
         if let Ok(mut w) = self.written.lock() {
             w.insert(uid, (rv, status.clone()));
@@ -231,6 +235,10 @@ impl Context {
             shrink(&mut w);
         }
         self.metrics.retain_phases(|uid| uids.contains(uid));
+        self.events.retain_objects(|uid| uids.contains(uid));
+        let live_keys: std::collections::HashSet<(String, String)> =
+            live.iter().map(|c| (c.namespace().unwrap_or_default(), c.name_any())).collect();
+        self.mites.sweep(&live_keys);
         // An object name `a-b-c` may belong to the controller `a-b-c`, `a-b` or `a`.
         let owned_by_live = |ns: &str, name: &str| {
             let mut candidate = name;
@@ -253,14 +261,16 @@ impl Context {
     }
 
     /// How many entries this process keeps about controllers (backoff, dwell, last status
-    /// written, phase, verified objects); zero once every controller it saw is gone. Also
+    /// written, phase, verified objects, event series); zero once every controller it saw is gone. Also
     /// exported as the gauge `varroa_tracked_objects`.
     pub fn tracked_objects(&self) -> usize {
         let n = self.failures.lock().map(|m| m.len()).unwrap_or(0)
             + self.dwell.lock().map(|m| m.len()).unwrap_or(0)
             + self.written.lock().map(|m| m.len()).unwrap_or(0)
             + self.metrics.tracked_phases()
-            + self.metrics.writes.verified().len();
+            + self.metrics.writes.verified().len()
+            + self.events.tracked_series()
+            + self.mites.tracked();
         self.metrics.tracked_objects.set(i64::try_from(n).unwrap_or(i64::MAX));
         n
     }
@@ -499,6 +509,23 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
         now: jiff::Timestamp::now(),
     };
     ctx.finish(c, inputs, true).await?;
+    // 6. The desired configuration, to the mites (reloadable changes reach Jenkins without a
+    // restart; restart-class ones rolled the pods above).
+    let entry = varroa_link::kv::DesiredEntry {
+        digest: r.casc_digest.clone(),
+        files: r
+            .files
+            .iter()
+            .filter(|(k, _)| k.as_str() == "jenkins.yaml")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        cells: Some(u32::try_from(r.settings.settings.cells.unwrap_or(1).max(1)).unwrap_or(1)),
+    };
+    match ctx.mites.publish_desired(&ns, &c.name_any(), entry).await {
+        Ok(true) => ctx.metrics.writes.record("DesiredConfiguration", opkit::apply::Outcome::Updated),
+        Ok(false) => {}
+        Err(e) => return Err(Error::Link(e)),
+    }
     let mut next = ctx.config.resync_interval;
     if let Some(n) = next_cell_check {
         next = next.min(n);

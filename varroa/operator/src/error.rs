@@ -27,6 +27,9 @@ pub enum Error {
     /// An object could not be serialized.
     #[error("serializing {0}: {1}")]
     Serialize(&'static str, serde_json::Error),
+    /// The control link (NATS JetStream) refused or could not take the desired configuration.
+    #[error("handing the configuration to the mites: {0}")]
+    Link(String),
 }
 
 impl Error {
@@ -42,6 +45,7 @@ impl Error {
             Error::Apply(_) => "apply",
             Error::Serialize(..) => "serialize",
             Error::OwnershipConflict { .. } => "ownership_conflict",
+            Error::Link(_) => "link",
         }
     }
 

@@ -20,6 +20,7 @@ pub mod controller;
 pub mod error;
 pub mod fetch;
 pub mod gateway_ca_cmd;
+pub mod link;
 pub mod metrics;
 pub mod mite;
 pub mod objects;

@@ -99,8 +99,30 @@ async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
         shutdown_grace: config.shutdown_grace,
         lease_timing: opkit::leader::LeaseTiming::default(),
     };
-    // Until the gateway exists, no mite connects: controllers stop at Running (docs/varroa/operator.md).
-    let mites: Arc<dyn varroa_operator::mite::MiteSource> = Arc::new(varroa_operator::mite::NoGateway::default());
+    // The control link: mite state from varroa_mites, desired configuration to varroa_desired.
+    let mites: Arc<dyn varroa_operator::mite::MiteSource> = match &config.nats_url {
+        Some(url) => {
+            let settings = varroa_operator::link::LinkSettings {
+                nats: varroa_link::nats::ConnectSettings {
+                    url: url.clone(),
+                    credentials_file: config.nats_credentials_file.clone(),
+                    name: format!("varroa-operator/{}", std::env::var("POD_NAME").unwrap_or_default()),
+                    max_reconnect_delay: std::time::Duration::from_secs(10),
+                },
+                heartbeat_timeout: config.mite_heartbeat_timeout,
+                replicas: usize::try_from(config.nats_bucket_replicas).unwrap_or(1),
+            };
+            let link = varroa_operator::link::KvLink::start(settings)
+                .await
+                .map_err(|e| anyhow::anyhow!("the control link (--nats-url {url}): {e}"))?;
+            tracing::info!(target: "varroa_operator", nats = %url, "control link on: mite state from varroa_mites, desired configuration to varroa_desired");
+            link
+        }
+        None => {
+            tracing::warn!(target: "varroa_operator", "no --nats-url: the control link is off; running controllers stop at Running and configuration changes reach Jenkins only when its pod restarts");
+            Arc::new(varroa_operator::mite::NoGateway::default())
+        }
+    };
     // Signals, health, leader election, shutdown (opkit::process): a controller that stops by
     // itself or a lost Lease ends the process with an error (exit 1), SIGTERM with Ok (exit 0).
     opkit::process::run(client.clone(), options, Arc::new(registry), move |shutdown| {

@@ -1,9 +1,11 @@
-//! Where the operator learns about mite streams: which mites are connected and what their last
-//! apply reported. The gateway (a later component) is the real source; until it exists the
+//! Where the operator learns about mite streams (which mites are connected and what their last
+//! apply reported) and where it hands over the desired configuration. The real source is the
+//! control link through NATS JetStream ([`crate::link::KvLink`]); without `--nats-url` the
 //! operator runs with [`NoGateway`] (no mite ever connects: controllers stop at Running), and
 //! tests drive [`StaticMites`], a double that also wakes the controllers it changes.
 
-use std::collections::HashMap;
+use futures::future::BoxFuture;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 use varroa_api::ApplyResult;
@@ -30,6 +32,22 @@ pub trait MiteSource: Send + Sync + 'static {
     fn state(&self, namespace: &str, name: &str) -> MiteState;
     /// Notifications of controllers (`namespace`, `name`) whose state changed.
     fn changes(&self) -> broadcast::Receiver<(String, String)>;
+    /// Hand the controller's desired configuration to its mites (unless they have it already);
+    /// whether it was written. Without a control link there is no one to hand it to.
+    fn publish_desired<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _name: &'a str,
+        _entry: varroa_link::kv::DesiredEntry,
+    ) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(async { Ok(false) })
+    }
+    /// Forget the controllers not in `live` (`namespace`, `name`).
+    fn sweep(&self, _live: &HashSet<(String, String)>) {}
+    /// Entries kept about controllers (for `varroa_tracked_objects`).
+    fn tracked(&self) -> usize {
+        0
+    }
 }
 
 /// No gateway: no mite is ever connected.

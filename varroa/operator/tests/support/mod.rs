@@ -158,19 +158,19 @@ impl Env {
     }
 
     pub fn start_operator(&mut self, config: Config) {
+        let mites = Arc::new(self.mites.clone());
+        self.start_operator_with(config, mites);
+    }
+
+    /// The operator with another source of mite state (the real control link).
+    pub fn start_operator_with(&mut self, config: Config, mites: Arc<dyn varroa_operator::mite::MiteSource>) {
         assert!(self.op.is_none(), "an operator is already running");
         let metrics = Arc::new(Metrics::new());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let shutdown = async move {
             let _ = rx.await;
         };
-        let task = tokio::spawn(varroa_operator::run(
-            self.sa.clone(),
-            config,
-            metrics.clone(),
-            Arc::new(self.mites.clone()),
-            shutdown,
-        ));
+        let task = tokio::spawn(varroa_operator::run(self.sa.clone(), config, metrics.clone(), mites, shutdown));
         self.op = Some(Operator { stop: Some(tx), task: Some(task), metrics });
     }
 
