@@ -1,11 +1,13 @@
 //! varroa-mite: the sidecar next to each Jenkins controller. It observes and configures Jenkins
-//! through Jenkins' documented HTTP API on localhost and (in a later slice) keeps one gRPC stream
-//! to the gateway.
+//! through Jenkins' documented HTTP API on localhost and keeps one gRPC stream to the gateway.
 //!
 //! - [`jenkins`]: the client for the Jenkins endpoints the mite uses (API token from a file,
 //!   CSRF crumbs, timeouts, bounded answers) and [`jenkins::Observation`]s with their deltas.
 //! - [`apply`]: applying a desired configuration the way JCasC expects (write, check, reload,
 //!   export and compare), never twice for the same digest unless Jenkins drifted.
+//! - [`link`]: `varroa-mite run`, the one stream to the gateway (hello, observation deltas, apply
+//!   results, heartbeats; reconnecting forever with capped, jittered back-off).
+//! - [`settings`]: `run`'s flags and environment, validated at start-up.
 //! - [`plugins`]: `varroa-mite install-plugins`, the `plugins-init` step: locked, verified,
 //!   all-or-nothing plugin installation from an update site.
 //!
@@ -14,7 +16,9 @@
 
 pub mod apply;
 pub mod jenkins;
+pub mod link;
 pub mod plugins;
+pub mod settings;
 
 /// Lowercase hex of bytes (digests).
 pub(crate) fn hex(bytes: &[u8]) -> String {

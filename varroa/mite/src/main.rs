@@ -1,12 +1,13 @@
 //! `varroa-mite`: one binary, one subcommand per role. `main` parses flags and dispatches; each
-//! subcommand is a library function with its own tests. (The long-running `run` subcommand, the
-//! gateway stream, is added as one more variant and one more match arm.)
+//! subcommand is a library function with its own tests: `run` is [`varroa_mite::link`] with
+//! [`varroa_mite::settings`], `install-plugins` is [`varroa_mite::plugins`].
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use varroa_mite::plugins::{InstallOptions, install};
+use varroa_mite::settings::RunArgs;
 
 /// The Varroa mite: the sidecar next to each Jenkins controller.
 #[derive(Parser, Debug)]
@@ -18,6 +19,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Keep the stream to the gateway: observe Jenkins, report it, apply the desired
+    /// configuration (the `mite` container).
+    Run(Box<RunArgs>),
     /// Download the locked plugins, verify each against its SHA-256 and install them atomically
     /// (the plugins-init container).
     InstallPlugins(InstallPluginsArgs),
@@ -63,6 +67,46 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::InstallPlugins(args) => install_plugins(args).await,
+        Command::Run(args) => run(*args).await,
+    }
+}
+
+async fn run(a: RunArgs) -> ExitCode {
+    let settings = match a.validate() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("varroa-mite run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing::info!(
+        namespace = %settings.namespace, controller = %settings.controller, cell = settings.cell,
+        gateway = %settings.gateway_url, jenkins = %settings.jenkins_url, "varroa-mite starting"
+    );
+    let mite = match varroa_mite::link::start(settings).await {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("varroa-mite run: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let signal = stop_signal().await;
+    tracing::info!(signal, "stopping: closing the gateway stream");
+    mite.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+/// SIGTERM (the kubelet stopping the pod) or SIGINT.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers, only a kill stops the mite.
+        std::future::pending::<()>().await;
+        return "none";
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
     }
 }
 

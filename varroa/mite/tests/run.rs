@@ -1,0 +1,417 @@
+//! `varroa-mite run` end to end with real processes and servers: a real nats-server (JetStream),
+//! the real gateway (varroa_gateway, in-process, as its own tests start it), TLS from varroa-pki,
+//! the Jenkins double as Jenkins, and the mite (in-process through `varroa_mite::link`, and the
+//! real binary). What the tests check is what a user checks: the `varroa_mites` entry, Jenkins'
+//! live configuration and its reloads.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream::kv::Store;
+use varroa_gateway::{GatewayConfig, GatewayOptions, RunningGateway, TlsFiles};
+use varroa_jenkins_double::{JenkinsDouble, Options};
+use varroa_link::kv::{self, ControllerKey, DesiredEntry, MiteEntry};
+use varroa_link::nats::ConnectSettings;
+use varroa_link::testing::NatsServer;
+use varroa_mite::link::{self, JenkinsView, MiteHandle};
+use varroa_mite::settings::RunSettings;
+use varroa_pki::{CertificateAuthority, MiteIdentity};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+const DAY: Duration = Duration::from_secs(86_400);
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+const NS: &str = "team-a";
+const CTRL: &str = "ci";
+
+/// Polls `f` until it yields a value, failing the test after [`DEADLINE`].
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+struct World {
+    _nats: NatsServer,
+    nats_url: String,
+    dir: tempfile::TempDir,
+    ca: CertificateAuthority,
+    tls: TlsFiles,
+    gw: Option<RunningGateway>,
+    grpc_addr: SocketAddr,
+    mites: Store,
+    desired: Store,
+    jenkins: JenkinsDouble,
+}
+
+impl World {
+    async fn start() -> World {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CertificateAuthority::generate("varroa test gateway CA", DAY).unwrap();
+        let server = ca.issue_server(&["localhost".into()], DAY, SystemTime::now()).unwrap();
+        let gw_dir = dir.path().join("gateway");
+        std::fs::create_dir(&gw_dir).unwrap();
+        let tls = TlsFiles { cert: gw_dir.join("tls.crt"), key: gw_dir.join("tls.key"), ca: gw_dir.join("ca.crt") };
+        std::fs::write(&tls.cert, &server.cert_pem).unwrap();
+        std::fs::write(&tls.key, &server.key_pem).unwrap();
+        std::fs::write(&tls.ca, ca.cert_pem()).unwrap();
+        let nats = NatsServer::start().unwrap();
+        let client = varroa_link::nats::connect(&ConnectSettings {
+            url: nats.url(),
+            credentials_file: None,
+            name: "test".into(),
+            max_reconnect_delay: Duration::from_millis(250),
+        })
+        .await
+        .unwrap();
+        let js = async_nats::jetstream::new(client);
+        let mites = kv::open_mites(&js, 1).await.unwrap();
+        let desired = kv::open_desired(&js, 1).await.unwrap();
+
+        // Jenkins: JCasC reads <tmp>/casc, which the mite writes.
+        let casc = dir.path().join("casc");
+        std::fs::create_dir(&casc).unwrap();
+        std::fs::write(casc.join("jenkins.yaml"), "jenkins:\n  systemMessage: boot\n").unwrap();
+        std::fs::write(dir.path().join("jenkins-token"), format!("{TOKEN}\n")).unwrap();
+        let jenkins = JenkinsDouble::start(Options {
+            api_token: Some(TOKEN.into()),
+            casc_config: Some(casc.display().to_string()),
+            version: "2.479.3".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+        let mut w = World {
+            nats_url: nats.url(),
+            _nats: nats,
+            dir,
+            ca,
+            tls,
+            gw: None,
+            grpc_addr: "127.0.0.1:0".parse().unwrap(),
+            mites,
+            desired,
+            jenkins,
+        };
+        w.start_gateway().await;
+        w.write_mite_cert(NS, CTRL, "mite");
+        w
+    }
+
+    /// Starts the gateway (again on the same port after the first start).
+    async fn start_gateway(&mut self) {
+        let config = GatewayConfig {
+            listen: self.grpc_addr,
+            health_listen: "127.0.0.1:0".parse().unwrap(),
+            tls: self.tls.clone(),
+            nats: ConnectSettings {
+                url: self.nats_url.clone(),
+                credentials_file: None,
+                name: "varroa-gateway/test".into(),
+                max_reconnect_delay: Duration::from_millis(250),
+            },
+            bucket_replicas: 1,
+            options: GatewayOptions {
+                replica: "gw-test-0".into(),
+                heartbeat_interval: Duration::from_secs(1),
+                hello_timeout: Duration::from_secs(5),
+                cluster: "test".into(),
+                max_streams: 100,
+            },
+        };
+        let gw = varroa_gateway::start(config).await.unwrap();
+        self.grpc_addr = gw.grpc_addr;
+        let ready = gw.readiness.clone();
+        eventually("the gateway is ready", || {
+            let ready = ready.clone();
+            async move { ready.is_ready().then_some(()) }
+        })
+        .await;
+        self.gw = Some(gw);
+    }
+
+    /// Writes a mite certificate for `ns/name` with the gateway CA into `<tmp>/<sub>/`.
+    fn write_mite_cert(&self, ns: &str, name: &str, sub: &str) -> PathBuf {
+        let d = self.dir.path().join(sub);
+        std::fs::create_dir_all(&d).unwrap();
+        let cert = self.ca.issue_mite(&MiteIdentity::new(ns, name), DAY, SystemTime::now()).unwrap();
+        std::fs::write(d.join("tls.crt"), &cert.cert_pem).unwrap();
+        std::fs::write(d.join("tls.key"), &cert.key_pem).unwrap();
+        std::fs::write(d.join("ca.crt"), self.ca.cert_pem()).unwrap();
+        d
+    }
+
+    fn settings(&self, tls_dir: &str) -> RunSettings {
+        let t = self.dir.path().join(tls_dir);
+        RunSettings {
+            namespace: NS.into(),
+            controller: CTRL.into(),
+            cell: 0,
+            gateway_url: format!("https://{}", self.grpc_addr),
+            gateway_server_name: Some("localhost".into()),
+            tls_cert: t.join("tls.crt"),
+            tls_key: t.join("tls.key"),
+            tls_ca: t.join("ca.crt"),
+            jenkins_url: self.jenkins.url(),
+            jenkins_user: "admin".into(),
+            jenkins_token_file: self.dir.path().join("jenkins-token"),
+            jenkins_timeout: Duration::from_secs(2),
+            casc_dir: self.dir.path().join("casc"),
+            observe_interval: Duration::from_millis(200),
+            drift_interval: Duration::from_secs(300),
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(800),
+            health_listen: Some("127.0.0.1:0".parse().unwrap()),
+        }
+    }
+
+    async fn mite(&self) -> MiteHandle {
+        link::start(self.settings("mite")).await.unwrap()
+    }
+
+    async fn entry(&self) -> Option<MiteEntry> {
+        let key = ControllerKey::new(NS, CTRL).unwrap().cell(0).to_string();
+        let value = self.mites.get(&key).await.ok()??;
+        Some(kv::decode_mite(&key, &value).unwrap())
+    }
+
+    async fn wait_entry(&self, what: &str, pred: impl Fn(&MiteEntry) -> bool) -> MiteEntry {
+        eventually(what, || async { self.entry().await.filter(|e| pred(e)) }).await
+    }
+
+    async fn put_desired(&self, digest: &str, yaml: &str) {
+        let entry = DesiredEntry {
+            digest: digest.into(),
+            files: BTreeMap::from([("jenkins.yaml".to_string(), yaml.to_string())]),
+            cells: Some(1),
+        };
+        let key = ControllerKey::new(NS, CTRL).unwrap().to_string();
+        self.desired.put(&key, kv::encode(&entry)).await.unwrap();
+    }
+
+    fn system_message(&self) -> Option<String> {
+        self.jenkins.live_config().pointer("/jenkins/systemMessage").and_then(|v| v.as_str()).map(str::to_owned)
+    }
+}
+
+fn applied(e: &MiteEntry, digest: &str) -> Option<bool> {
+    e.last_apply_result.as_ref().filter(|r| r.digest == digest).map(|r| r.succeeded)
+}
+
+async fn metric(addr: SocketAddr, line_prefix: &str) -> u64 {
+    let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(line_prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test]
+async fn the_mite_connects_reports_jenkins_and_applies_the_desired_configuration() {
+    let w = World::start().await;
+    let mite = w.mite().await;
+    let e = w
+        .wait_entry("the mite is connected with the Jenkins version", |e| {
+            e.connected && e.observation.version.as_deref() == Some("2.479.3")
+        })
+        .await;
+    assert_eq!(e.gateway_replica, "gw-test-0");
+    assert_eq!(e.mite_version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(e.observation.mode.as_deref(), Some("NORMAL"));
+    assert_eq!(e.observation.idle_executors, Some(2));
+    assert!(e.observation.idle_for_seconds.is_some());
+    // /readyz is the stream.
+    let ready = reqwest::get(format!("http://{}/readyz", mite.health_addr.unwrap())).await.unwrap();
+    assert!(ready.status().is_success());
+
+    // Observation deltas: a queued build reaches the entry.
+    w.jenkins.set_queue_length(3);
+    w.wait_entry("the queue length is reported", |e| e.observation.queue_length == Some(3)).await;
+
+    w.put_desired("sha256:one", "jenkins:\n  systemMessage: from the operator\n").await;
+    let e = w.wait_entry("the apply result lands", |e| applied(e, "sha256:one").is_some()).await;
+    let r = e.last_apply_result.unwrap();
+    assert!(r.succeeded, "{r:?}");
+    assert!(r.drift_paths.is_empty() && r.finished_at.is_some(), "{r:?}");
+    assert_eq!(w.system_message().as_deref(), Some("from the operator"));
+    assert_eq!(w.jenkins.applied_count(), 1);
+    let on_disk = std::fs::read_to_string(w.dir.path().join("casc/jenkins.yaml")).unwrap();
+    assert!(on_disk.contains("from the operator"), "{on_disk}");
+    mite.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_invalid_jcasc_fails_with_jenkins_message_and_jenkins_keeps_the_last_good_one() {
+    let w = World::start().await;
+    let mite = w.mite().await;
+    w.put_desired("sha256:good", "jenkins:\n  systemMessage: good\n").await;
+    w.wait_entry("the good configuration is applied", |e| applied(e, "sha256:good") == Some(true)).await;
+
+    w.put_desired("sha256:bad", "jenkins:\n  systemMessage: bad\nalice: {}\n").await;
+    let e = w.wait_entry("the bad configuration is reported", |e| applied(e, "sha256:bad").is_some()).await;
+    let r = e.last_apply_result.unwrap();
+    assert!(!r.succeeded);
+    assert!(r.message.contains("No configurator found for the following root element: alice"), "{}", r.message);
+    assert_eq!(w.system_message().as_deref(), Some("good"), "Jenkins keeps its last good configuration");
+    let on_disk = std::fs::read_to_string(w.dir.path().join("casc/jenkins.yaml")).unwrap();
+    assert!(on_disk.contains("good") && !on_disk.contains("alice"), "the last good files are back: {on_disk}");
+
+    // Fixing the bundle clears it.
+    w.put_desired("sha256:fixed", "jenkins:\n  systemMessage: fixed\n").await;
+    w.wait_entry("the fixed configuration is applied", |e| applied(e, "sha256:fixed") == Some(true)).await;
+    assert_eq!(w.system_message().as_deref(), Some("fixed"));
+    mite.shutdown().await;
+}
+
+#[tokio::test]
+async fn after_a_gateway_restart_the_mite_reconnects_and_does_not_apply_again() {
+    let mut w = World::start().await;
+    let mite = w.mite().await;
+    let health = mite.health_addr.unwrap();
+    w.put_desired("sha256:one", "jenkins:\n  systemMessage: once\n").await;
+    w.wait_entry("applied", |e| applied(e, "sha256:one") == Some(true)).await;
+    let reloads = w.jenkins.reloads().len();
+    assert_eq!(reloads, 1);
+
+    w.gw.take().unwrap().shutdown().await;
+    w.wait_entry("the gateway marked the mite disconnected", |e| !e.connected).await;
+    eventually("the mite sees the stream down", || async { (!mite.status().connected).then_some(()) }).await;
+    assert!(!reqwest::get(format!("http://{health}/readyz")).await.unwrap().status().is_success());
+
+    w.start_gateway().await;
+    w.wait_entry("the mite reconnected by itself", |e| e.connected).await;
+    assert_eq!(mite.status().sessions, 2);
+    // The gateway resends the current entry on reconnect; the mite checks it for drift only.
+    eventually("the resent digest is recognised as already applied", || async {
+        (metric(health, "varroa_mite_applies_total{outcome=\"unchanged\"}").await >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(w.jenkins.reloads().len(), reloads, "the same digest is not applied twice");
+
+    // Drift by hand, then a restart of the stream: the digest is applied again, once.
+    w.jenkins.drift("jenkins:\n  systemMessage: clicked in the UI\n").unwrap();
+    w.gw.take().unwrap().shutdown().await;
+    w.start_gateway().await;
+    eventually("the drifted configuration is applied again", || async {
+        (w.jenkins.reloads().len() == reloads + 1).then_some(())
+    })
+    .await;
+    assert_eq!(w.system_message().as_deref(), Some("once"));
+    mite.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_jenkins_down_the_stream_stays_up_and_the_state_says_so() {
+    let w = World::start().await;
+    let mite = w.mite().await;
+    w.wait_entry("connected with a version", |e| e.connected && e.observation.version.is_some()).await;
+    let sessions = mite.status().sessions;
+
+    w.jenkins.refuse_connections();
+    let e =
+        w.wait_entry("the entry says Jenkins does not answer", |e| e.observation.version.as_deref() == Some("")).await;
+    assert!(e.connected);
+    assert!(matches!(mite.jenkins(), JenkinsView::Down(_)), "{:?}", mite.jenkins());
+    // Heartbeats keep going while Jenkins is down.
+    let hb = e.last_heartbeat.unwrap();
+    w.wait_entry("a later heartbeat", |e| e.connected && e.last_heartbeat.is_some_and(|t| t > hb)).await;
+
+    // A desired configuration written meanwhile is applied once Jenkins is back.
+    w.put_desired("sha256:later", "jenkins:\n  systemMessage: later\n").await;
+    w.jenkins.accept_connections();
+    let e = w
+        .wait_entry("Jenkins is back and the configuration applied", |e| {
+            e.observation.version.as_deref() == Some("2.479.3") && applied(e, "sha256:later") == Some(true)
+        })
+        .await;
+    assert!(e.connected);
+    assert_eq!(mite.status().sessions, sessions, "the stream never dropped");
+    mite.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_certificate_for_another_controller_is_refused_and_the_mite_keeps_retrying() {
+    let w = World::start().await;
+    w.write_mite_cert(NS, "someone-else", "other");
+    let mite = link::start(w.settings("other")).await.unwrap();
+    let status = eventually("the mite has been refused twice", || async {
+        let s = mite.status();
+        (s.failures >= 2).then_some(s)
+    })
+    .await;
+    let err = status.last_error.unwrap();
+    assert!(err.contains("refused") && err.contains("PermissionDenied"), "{err}");
+    assert!(err.contains("fix:"), "{err}");
+    assert!(!status.connected && status.sessions == 0);
+    assert!(w.entry().await.is_none(), "no state for a refused mite");
+    mite.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_binary_runs_from_the_operators_environment_and_exits_cleanly_on_sigterm() {
+    let w = World::start().await;
+    let t = w.dir.path().join("mite");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_varroa-mite"))
+        .arg("run")
+        .env_clear()
+        .env("VARROA_CONTROLLER", CTRL)
+        .env("VARROA_NAMESPACE", NS)
+        .env("VARROA_GATEWAY_ENDPOINT", w.grpc_addr.to_string())
+        .env("VARROA_GATEWAY_SERVER_NAME", "localhost")
+        .env("VARROA_JENKINS_URL", w.jenkins.url())
+        .env("POD_NAME", "ci-0")
+        .env("VARROA_TLS_CERT", t.join("tls.crt"))
+        .env("VARROA_TLS_KEY", t.join("tls.key"))
+        .env("VARROA_TLS_CA", t.join("ca.crt"))
+        .env("VARROA_JENKINS_USER", "admin")
+        .env("VARROA_JENKINS_TOKEN_FILE", w.dir.path().join("jenkins-token"))
+        .env("VARROA_CASC_DIR", w.dir.path().join("casc"))
+        .env("VARROA_OBSERVE_INTERVAL_SECONDS", "1")
+        .env("VARROA_HEALTH_LISTEN", "127.0.0.1:0")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    w.wait_entry("the binary's stream is up", |e| e.connected && e.jenkins_version == "2.479.3").await;
+    w.put_desired("sha256:bin", "jenkins:\n  systemMessage: from the binary\n").await;
+    w.wait_entry("applied by the binary", |e| applied(e, "sha256:bin") == Some(true)).await;
+    assert_eq!(w.system_message().as_deref(), Some("from the binary"));
+
+    let pid = child.id().unwrap() as libc::pid_t;
+    // SAFETY: signalling our own child by its pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
+    w.wait_entry("the gateway saw the stream close", |e| !e.connected).await;
+}
+
+#[tokio::test]
+async fn a_bad_setting_exits_non_zero_naming_the_flag_and_the_fix() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_varroa-mite"))
+        .arg("run")
+        .env_clear()
+        .env("VARROA_CONTROLLER", CTRL)
+        .env("VARROA_NAMESPACE", NS)
+        .env("VARROA_GATEWAY_ENDPOINT", "http://gw:8443")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--gateway-endpoint (VARROA_GATEWAY_ENDPOINT)") && err.contains("fix:"), "{err}");
+}
