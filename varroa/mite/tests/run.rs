@@ -415,3 +415,23 @@ async fn a_bad_setting_exits_non_zero_naming_the_flag_and_the_fix() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--gateway-endpoint (VARROA_GATEWAY_ENDPOINT)") && err.contains("fix:"), "{err}");
 }
+
+#[tokio::test]
+async fn a_slow_jenkins_is_reported_as_not_answering_and_the_stream_stays_up() {
+    let w = World::start().await;
+    let mite = w.mite().await;
+    w.wait_entry("connected with a version", |e| e.connected && e.observation.version.is_some()).await;
+    // Slower than the mite's 2 s per-request limit.
+    w.jenkins.set_delay(Duration::from_secs(3));
+    let e =
+        w.wait_entry("the entry says Jenkins does not answer", |e| e.observation.version.as_deref() == Some("")).await;
+    assert!(e.connected);
+    match mite.jenkins() {
+        JenkinsView::Down(why) => assert!(why.contains("did not answer"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    w.jenkins.set_delay(Duration::ZERO);
+    w.wait_entry("Jenkins answers again", |e| e.connected && e.observation.version.as_deref() == Some("2.479.3")).await;
+    assert_eq!(mite.status().sessions, 1, "the stream never dropped");
+    mite.shutdown().await;
+}
