@@ -454,6 +454,18 @@ fn read_bounded(what: &'static str, path: &Path) -> Result<String, SessionError>
     std::fs::read_to_string(path).map_err(|x| e(x.to_string()))
 }
 
+/// A gateway refusal, with the fix when there is one.
+fn refusal(status: tonic::Status) -> SessionError {
+    let fix = match status.code() {
+        Code::PermissionDenied => {
+            "; fix: the certificate must be this Controller's (<name>-mite-tls) and the cell below spec.cells"
+        }
+        Code::Unavailable => "; the gateway is not ready (NATS?): retrying",
+        _ => "",
+    };
+    SessionError::Refused { code: status.code(), message: status.message().to_string(), fix }
+}
+
 struct Link {
     settings: RunSettings,
     jenkins: watch::Receiver<JenkinsView>,
@@ -505,8 +517,10 @@ impl Link {
         self.status.send_modify(|s| s.connected = false);
     }
 
-    /// One dial and, if welcomed, one stream until it ends.
-    async fn session(&mut self) -> Result<SessionEnd, SessionError> {
+    /// Reads the TLS files, dials, sends the Hello and waits for the Welcome.
+    async fn dial(
+        &mut self,
+    ) -> Result<(tonic::Streaming<pb::GatewayMessage>, mpsc::Sender<pb::MiteMessage>, pb::Welcome), SessionError> {
         let s = &self.settings;
         let ca = read_bounded("the gateway CA", &s.tls_ca)?;
         let cert = read_bounded("the mite certificate", &s.tls_cert)?;
@@ -556,21 +570,11 @@ impl Link {
         let (tx, mut rx) = mpsc::channel::<pb::MiteMessage>(64);
         let _ = tx.try_send(pb::MiteMessage { kind: Some(mite_message::Kind::Hello(hello)) });
         let outbound = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
-        let refused = |status: tonic::Status| {
-            let fix = match status.code() {
-                Code::PermissionDenied => {
-                    "; fix: the certificate must be this Controller's (<name>-mite-tls) and the cell below spec.cells"
-                }
-                Code::Unavailable => "; the gateway is not ready (NATS?): retrying",
-                _ => "",
-            };
-            SessionError::Refused { code: status.code(), message: status.message().to_string(), fix }
-        };
         let response = match tokio::time::timeout(WELCOME_TIMEOUT, client.connect(outbound)).await {
             Ok(Ok(r)) => r,
             Ok(Err(status)) => {
                 Metrics::inc(&self.metrics.dials, "outcome", "refused");
-                return Err(refused(status));
+                return Err(refusal(status));
             }
             Err(_) => return Err(SessionError::Dial(format!("no answer to the stream within {WELCOME_TIMEOUT:?}"))),
         };
@@ -579,7 +583,7 @@ impl Link {
             Ok(Ok(m)) => m,
             Ok(Err(status)) => {
                 Metrics::inc(&self.metrics.dials, "outcome", "refused");
-                return Err(refused(status));
+                return Err(refusal(status));
             }
             Err(_) => return Err(SessionError::Dial(format!("no Welcome within {WELCOME_TIMEOUT:?}"))),
         };
@@ -590,6 +594,18 @@ impl Link {
             }
             other => return Err(SessionError::Ended(format!("expected a Welcome first, got {other:?}"))),
         };
+        Ok((inbound, tx, welcome))
+    }
+
+    /// One dial and, if welcomed, one stream until it ends.
+    async fn session(&mut self) -> Result<SessionEnd, SessionError> {
+        // A stop during the dial ends it at once (nothing to close yet).
+        let mut stop = self.stop.clone();
+        let (mut inbound, tx, welcome) = tokio::select! {
+            r = self.dial() => r?,
+            _ = until(&mut stop) => return Ok(SessionEnd::Shutdown),
+        };
+        let s = &self.settings;
         Metrics::inc(&self.metrics.dials, "outcome", "welcomed");
         self.metrics.stream_up.set(1);
         self.readiness.set_ready();
@@ -634,6 +650,17 @@ impl Link {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                // A stop wins over everything else, so the stream is always closed cleanly.
+                biased;
+                _ = until(&mut self.stop) => {
+                    // Half-close our side; the gateway then ends the stream and marks us disconnected.
+                    drop(tx);
+                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+                        while let Ok(Some(_)) = inbound.message().await {}
+                    }).await;
+                    tracing::info!("gateway stream closed");
+                    return Ok(SessionEnd::Shutdown);
+                }
                 msg = inbound.message() => match msg {
                     Ok(Some(m)) => match m.kind {
                         Some(gateway_message::Kind::Desired(d)) => {
@@ -647,7 +674,7 @@ impl Link {
                         Some(gateway_message::Kind::Welcome(_)) | None => {}
                     },
                     Ok(None) => return Ok(SessionEnd::Closed("the gateway closed the stream".into())),
-                    Err(status) => return Err(refused(status)),
+                    Err(status) => return Err(refusal(status)),
                 },
                 changed = self.jenkins.changed() => {
                     if changed.is_err() {
@@ -682,15 +709,6 @@ impl Link {
                         send(observation(idle)).await?;
                     }
                     send(pb::MiteMessage { kind: Some(mite_message::Kind::Heartbeat(pb::Heartbeat { sent_at_unix_ms: now_ms() })) }).await?;
-                }
-                _ = until(&mut self.stop) => {
-                    // Half-close our side; the gateway then ends the stream and marks us disconnected.
-                    drop(tx);
-                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
-                        while let Ok(Some(_)) = inbound.message().await {}
-                    }).await;
-                    tracing::info!("gateway stream closed");
-                    return Ok(SessionEnd::Shutdown);
                 }
             }
         }

@@ -296,7 +296,7 @@ async fn after_a_gateway_restart_the_mite_reconnects_and_does_not_apply_again() 
 
     w.start_gateway().await;
     w.wait_entry("the mite reconnected by itself", |e| e.connected).await;
-    assert_eq!(mite.status().sessions, 2);
+    eventually("the mite's second stream is up", || async { (mite.status().sessions == 2).then_some(()) }).await;
     // The gateway resends the current entry on reconnect; the mite checks it for drift only.
     eventually("the resent digest is recognised as already applied", || async {
         (metric(health, "varroa_mite_applies_total{outcome=\"unchanged\"}").await >= 1).then_some(())
@@ -434,4 +434,52 @@ async fn a_slow_jenkins_is_reported_as_not_answering_and_the_stream_stays_up() {
     w.wait_entry("Jenkins answers again", |e| e.connected && e.observation.version.as_deref() == Some("2.479.3")).await;
     assert_eq!(mite.status().sessions, 1, "the stream never dropped");
     mite.shutdown().await;
+}
+
+#[tokio::test]
+async fn sigterm_while_the_gateway_is_unreachable_exits_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let ca = CertificateAuthority::generate("varroa test gateway CA", DAY).unwrap();
+    let cert = ca.issue_mite(&MiteIdentity::new(NS, CTRL), DAY, SystemTime::now()).unwrap();
+    std::fs::write(dir.path().join("tls.crt"), &cert.cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &cert.key_pem).unwrap();
+    std::fs::write(dir.path().join("ca.crt"), ca.cert_pem()).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_varroa-mite"))
+        .args(["run", "--namespace", NS, "--controller", CTRL, "--gateway-endpoint"])
+        .arg(closed.to_string())
+        .arg("--jenkins-url")
+        .arg(format!("http://{closed}"))
+        .arg("--tls-cert")
+        .arg(dir.path().join("tls.crt"))
+        .arg("--tls-key")
+        .arg(dir.path().join("tls.key"))
+        .arg("--tls-ca")
+        .arg(dir.path().join("ca.crt"))
+        .args(["--health-listen", "off", "--cell", "0"])
+        .env_clear()
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Wait until it has tried (and failed) to dial, by its log.
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    tokio::time::timeout(DEADLINE, async {
+        use tokio::io::AsyncBufReadExt;
+        while !log.contains("reconnecting") {
+            if stderr.read_line(&mut log).await.unwrap() == 0 {
+                break;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(log.contains("cannot connect to the gateway"), "{log}");
+    let pid = child.id().unwrap() as libc::pid_t;
+    // SAFETY: signalling our own child by its pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
 }
