@@ -122,6 +122,12 @@ pub struct Config {
     /// counted as an error (`timeout`) and retried with backoff. Keep it above --fetch-timeout.
     #[arg(long, env = "VARROA_RECONCILE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub reconcile_timeout: Duration,
+    /// How many objects are reconciled at once. Each reconcile in flight holds a connection to
+    /// the API server (HTTP/1.1) and its buffers: without a bound, a thousand objects created at
+    /// once opened about a thousand connections, which then sat in the client's pool.
+    #[arg(long, env = "VARROA_MAX_CONCURRENT_RECONCILES", default_value_t = 32,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_concurrent_reconciles: u16,
     /// How long connecting to the Kubernetes API may take.
     #[arg(long, env = "VARROA_KUBE_CONNECT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub kube_connect_timeout: Duration,
@@ -215,6 +221,7 @@ impl Config {
             leader_election_namespace: "varroa-system".into(),
             shutdown_grace: Duration::from_secs(20),
             reconcile_timeout: Duration::from_secs(120),
+            max_concurrent_reconciles: 32,
             kube_connect_timeout: Duration::from_secs(10),
             kube_read_timeout: Duration::from_secs(120),
             fetch_max_bytes: varroa_sources::DEFAULT_MAX_BYTES,

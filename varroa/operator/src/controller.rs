@@ -664,7 +664,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let controllers: Api<Controller> = Api::all(client.clone());
-    let kc = KubeController::new(controllers, watcher::Config::default());
+    let limits = kube::runtime::controller::Config::default().concurrency(config.max_concurrent_reconciles);
+    let kc = KubeController::new(controllers, watcher::Config::default()).with_config(limits);
     let store = kc.store();
     let (world, world_changes) = crate::world::start(&client, store.clone());
     let ours = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));

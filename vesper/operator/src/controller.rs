@@ -420,7 +420,9 @@ pub async fn run(
         rx.changed().await.ok()?;
         Some(((), rx))
     });
+    let limits = kube::runtime::controller::Config::default().concurrency(ctx.config.max_concurrent_reconciles);
     Controller::new(Api::<PreviewEnvironment>::all(client.clone()), watcher::Config::default())
+        .with_config(limits)
         .watches(Api::<Namespace>::all(client.clone()), ours.clone(), |o| owner(&o))
         .watches(Api::<ResourceQuota>::all(client.clone()), ours.clone(), |o| owner(&o))
         .watches(Api::<LimitRange>::all(client.clone()), ours.clone(), |o| owner(&o))
