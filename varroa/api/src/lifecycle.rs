@@ -107,3 +107,5 @@ pub const ANNOTATION_HIBERNATED: &str = "varroa.dev/hibernated";
 pub const CONTAINER_JENKINS: &str = "jenkins";
 pub const CONTAINER_MITE: &str = "mite";
 pub const CONTAINER_PLUGINS_INIT: &str = "plugins-init";
+/// The init container that seeds the JCasC directory from the ConfigMap.
+pub const CONTAINER_CASC_INIT: &str = "casc-init";

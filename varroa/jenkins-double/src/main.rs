@@ -19,12 +19,13 @@ struct Args {
     /// The Jenkins version reported in X-Jenkins.
     #[arg(long = "jenkins-version", env = "JENKINS_DOUBLE_VERSION", default_value = "2.479.3")]
     jenkins_version: String,
-    /// The user that API tokens belong to.
-    #[arg(long, env = "JENKINS_DOUBLE_USER", default_value = "admin")]
+    /// The user that API tokens belong to. The environment variable is the one the Varroa plugin
+    /// reads in a real Jenkins pod (the operator sets it), so the same pod spec runs the double.
+    #[arg(long, env = "VARROA_MITE_USER", default_value = "admin")]
     user: String,
     /// A file holding the user's API token (re-read on every request). Without it and without a
-    /// password, security is off.
-    #[arg(long, env = "JENKINS_DOUBLE_TOKEN_FILE")]
+    /// password, security is off. The variable is the plugin's, as for `--user`.
+    #[arg(long, env = "VARROA_MITE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// A file holding the user's password (POSTs with it need a crumb).
     #[arg(long, env = "JENKINS_DOUBLE_PASSWORD_FILE")]

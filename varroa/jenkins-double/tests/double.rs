@@ -404,7 +404,7 @@ async fn the_binary_serves_with_its_env() {
     std::fs::write(dir.path().join("jenkins.yaml"), "jenkins:\n  systemMessage: from env\n").unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_varroa-jenkins-double"))
         .env("JENKINS_DOUBLE_LISTEN", "127.0.0.1:0")
-        .env("JENKINS_DOUBLE_TOKEN_FILE", dir.path().join("token"))
+        .env("VARROA_MITE_TOKEN_FILE", dir.path().join("token"))
         .env("CASC_JENKINS_CONFIG", dir.path().join("jenkins.yaml"))
         .env("JENKINS_DOUBLE_VERSION", "2.479.9")
         .env("NO_COLOR", "1")

@@ -249,6 +249,43 @@ impl Applier {
     }
 }
 
+/// Seeds the JCasC directory Jenkins boots from with the configuration it is to boot with (the
+/// `casc-init` step: the Controller's ConfigMap, mounted read-only, is copied into the writable
+/// directory the mite applies to). Afterwards the directory holds exactly the YAML files of
+/// `sources` (by file name; other YAML files there are removed, since JCasC would read them too),
+/// each written atomically. Returns the names written.
+pub fn seed(sources: &[PathBuf], dir: &Path) -> Result<Vec<String>, String> {
+    let mut files = BTreeMap::new();
+    for src in sources {
+        let name = src
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("--from {}: not a file name", src.display()))?
+            .to_string();
+        if let Some(why) = bad_file_name(&name) {
+            return Err(format!("--from {}: the file name {why}", src.display()));
+        }
+        let content =
+            std::fs::read_to_string(src).map_err(|e| format!("--from {}: cannot read: {e}", src.display()))?;
+        files.insert(name, content);
+    }
+    if files.is_empty() {
+        return Err("nothing to seed: give at least one --from FILE (the ConfigMap's jenkins.yaml)".into());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("--to {}: cannot create: {e}", dir.display()))?;
+    for (name, content) in &files {
+        write_atomic(dir, name, content.as_bytes())
+            .map_err(|e| format!("writing {}: {e}", dir.join(name).display()))?;
+    }
+    let present = read_yaml_files(dir).map_err(|(p, e)| format!("reading {}: {e}", p.display()))?;
+    for name in present.keys().filter(|n| !files.contains_key(*n)) {
+        let path = dir.join(name);
+        std::fs::remove_file(&path).map_err(|e| format!("removing {}: {e}", path.display()))?;
+    }
+    sync_dir(dir).map_err(|e| format!("syncing {}: {e}", dir.display()))?;
+    Ok(files.into_keys().collect())
+}
+
 /// Why a file name is refused: it must be a plain YAML file name in the directory.
 fn bad_file_name(name: &str) -> Option<&'static str> {
     if name.is_empty() || name.contains('/') || name.contains('\\') || name == ".." {
@@ -382,6 +419,28 @@ mod tests {
         );
         let live3 = json!({"jenkins": {"systemMessage": "hi", "numExecutors": 2, "nodes": []}});
         assert_eq!(drift(&want, &live3), vec!["jenkins.nodes"]);
+    }
+
+    #[test]
+    fn seeding_leaves_exactly_the_boot_configuration() {
+        let src = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let boot = src.path().join("jenkins.yaml");
+        std::fs::write(&boot, "jenkins: {systemMessage: boot}\n").unwrap();
+        std::fs::write(dir.path().join("jenkins.yaml"), "jenkins: {systemMessage: applied}\n").unwrap();
+        std::fs::write(dir.path().join("stale.yaml"), "jenkins: {}\n").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "kept").unwrap();
+        assert_eq!(seed(std::slice::from_ref(&boot), dir.path()).unwrap(), vec!["jenkins.yaml"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("jenkins.yaml")).unwrap(),
+            "jenkins: {systemMessage: boot}\n"
+        );
+        assert!(!dir.path().join("stale.yaml").exists(), "JCasC would read a leftover YAML file");
+        assert!(dir.path().join("notes.txt").exists());
+        let e = seed(&[src.path().join("missing.yaml")], dir.path()).unwrap_err();
+        assert!(e.contains("--from") && e.contains("missing.yaml"), "{e}");
+        let e = seed(&[], dir.path()).unwrap_err();
+        assert!(e.contains("--from FILE"), "{e}");
     }
 
     #[test]

@@ -25,6 +25,19 @@ enum Command {
     /// Download the locked plugins, verify each against its SHA-256 and install them atomically
     /// (the plugins-init container).
     InstallPlugins(InstallPluginsArgs),
+    /// Copy the configuration Jenkins boots with (the ConfigMap's jenkins.yaml) into the JCasC
+    /// directory the mite applies to (the casc-init container).
+    SeedCasc(SeedCascArgs),
+}
+
+#[derive(Args, Debug)]
+struct SeedCascArgs {
+    /// A YAML file to seed (repeatable); the directory ends up holding exactly these.
+    #[arg(long = "from", required = true)]
+    from: Vec<PathBuf>,
+    /// The JCasC directory (CASC_JENKINS_CONFIG), created when missing.
+    #[arg(long = "to", env = "VARROA_CASC_DIR")]
+    to: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -68,6 +81,16 @@ async fn main() -> ExitCode {
     match cli.command {
         Command::InstallPlugins(args) => install_plugins(args).await,
         Command::Run(args) => run(*args).await,
+        Command::SeedCasc(args) => match varroa_mite::apply::seed(&args.from, &args.to) {
+            Ok(names) => {
+                tracing::info!(dir = %args.to.display(), files = ?names, "JCasC directory seeded");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("varroa-mite seed-casc: {e}");
+                ExitCode::from(1)
+            }
+        },
     }
 }
 

@@ -82,22 +82,40 @@ pub async fn ensure_mite_secret(ctx: &Context, c: &Controller, ca: &CertificateA
         .and_then(|d| d.get("tls.crt"))
         .map(|b| String::from_utf8_lossy(&b.0).into_owned());
     let reason = varroa_pki::needs_rotation(current.as_deref(), ca, &id, ctx.config.mite_cert_renew_before, now);
-    let Some(reason) = reason else {
+    // The API token the mite authenticates to Jenkins with: made once, kept across certificate
+    // renewals (Jenkins' side reads it from the same Secret; ADR 0004).
+    let live_data = live.as_ref().and_then(|s| s.data.clone()).unwrap_or_default();
+    let token = live_data.get(KEY_JENKINS_TOKEN).filter(|t| valid_token(&t.0)).cloned();
+    if reason.is_none() && token.is_some() {
         ctx.metrics.writes.record("Secret", opkit::apply::Outcome::Unchanged);
         return Ok(());
+    }
+    let token = match token {
+        Some(t) => t,
+        None => ByteString(new_token()?.into_bytes()),
     };
-    let issued = ca
-        .issue_mite(&id, ctx.config.mite_cert_validity, now)
-        .map_err(|e| Error::Blocked(format!("issuing the mite certificate of {ns}/{}: {e}", c.name_any())))?;
+    let (cert, key) = match &reason {
+        None => (
+            live_data.get("tls.crt").cloned().unwrap_or_default(),
+            live_data.get("tls.key").cloned().unwrap_or_default(),
+        ),
+        Some(_) => {
+            let issued = ca
+                .issue_mite(&id, ctx.config.mite_cert_validity, now)
+                .map_err(|e| Error::Blocked(format!("issuing the mite certificate of {ns}/{}: {e}", c.name_any())))?;
+            (ByteString(issued.cert_pem.into_bytes()), ByteString(issued.key_pem.into_bytes()))
+        }
+    };
     let mut meta = crate::objects::meta(c, &name);
     meta.annotations = Some(BTreeMap::from([(ANNOTATION_CA.to_string(), ca.fingerprint())]));
     let mut secret = Secret {
         metadata: meta,
         type_: Some("kubernetes.io/tls".into()),
         data: Some(BTreeMap::from([
-            ("tls.crt".to_string(), ByteString(issued.cert_pem.into_bytes())),
-            ("tls.key".to_string(), ByteString(issued.key_pem.into_bytes())),
+            ("tls.crt".to_string(), cert),
+            ("tls.key".to_string(), key),
             ("ca.crt".to_string(), ByteString(ca.cert_pem().as_bytes().to_vec())),
+            (KEY_JENKINS_TOKEN.to_string(), token),
         ])),
         ..Default::default()
     };
@@ -123,6 +141,29 @@ pub async fn ensure_mite_secret(ctx: &Context, c: &Controller, ca: &CertificateA
             ctx.metrics.writes.record("Secret", opkit::apply::Outcome::Updated);
         }
     }
-    tracing::info!(controller = %crate::controller::key_of(c), reason = ?reason, "issued the mite certificate");
+    match reason {
+        Some(reason) => {
+            tracing::info!(controller = %crate::controller::key_of(c), reason = ?reason, "issued the mite certificate")
+        }
+        None => tracing::info!(controller = %crate::controller::key_of(c), "made the mite's Jenkins API token"),
+    }
     Ok(())
+}
+
+/// The key of the mite's Jenkins API token in the mite Secret.
+pub const KEY_JENKINS_TOKEN: &str = "jenkins-token";
+
+/// A token as [`new_token`] makes them: 64 lowercase hex digits.
+fn valid_token(t: &[u8]) -> bool {
+    t.len() == 64 && t.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+}
+
+/// 32 random bytes from the system's generator, in hex.
+fn new_token() -> Result<String> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 32];
+    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| {
+        Error::Blocked("the system's random number generator failed; cannot make the mite's token".into())
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

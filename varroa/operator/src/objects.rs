@@ -7,7 +7,7 @@
 //! | RoleBinding to the ClusterRole `varroa-jenkins-agents` (agents: pods, exec, logs) | `<name>-agents` |
 //! | ConfigMap (jenkins.yaml, plugins.txt, plugins-sha256.txt) | `<name>` |
 //! | Secret (the mite's client certificate) | `<name>-mite-tls` |
-//! | StatefulSet (`plugins-init`, `jenkins`, `mite`) with the volume claim template | `<name>` |
+//! | StatefulSet (init `plugins-init` and `casc-init`; `jenkins`, `mite`) with the volume claim template | `<name>` |
 //! | Service, and the StatefulSet's headless Service | `<name>`, `<name>-headless` |
 //! | Ingress (with `ingress.host`) | `<name>` |
 //!
@@ -40,8 +40,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 use varroa_api::lifecycle::{
-    ANNOTATION_CONFIG_DIGEST, ANNOTATION_RESTART_DIGEST, CONTAINER_JENKINS, CONTAINER_MITE, CONTAINER_PLUGINS_INIT,
-    LABEL_CONTROLLER, LABEL_MANAGED_BY, MANAGED_BY,
+    ANNOTATION_CONFIG_DIGEST, ANNOTATION_RESTART_DIGEST, CONTAINER_CASC_INIT, CONTAINER_JENKINS, CONTAINER_MITE,
+    CONTAINER_PLUGINS_INIT, LABEL_CONTROLLER, LABEL_MANAGED_BY, MANAGED_BY,
 };
 use varroa_api::{Controller, PowerState, Retention};
 use varroa_config::Rendered;
@@ -296,6 +296,13 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
+/// The JCasC directory Jenkins reads (`CASC_JENKINS_CONFIG`) and the mite writes, on the
+/// `jenkins-home` volume both containers mount (ADR 0004).
+pub const CASC_DIR: &str = "/var/jenkins_home/casc_configs";
+/// The Jenkins user the mite acts as; the Varroa plugin authenticates it by the token in the
+/// mite Secret (ADR 0004).
+pub const MITE_USER: &str = "varroa-mite";
+
 /// The digest of everything restart-class: a change rolls the pod.
 pub fn restart_digest(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInputs) -> String {
     let s = &r.settings.settings;
@@ -338,8 +345,12 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
         }]),
         env: Some(vec![
             env("JAVA_OPTS", &jvm),
-            env("CASC_JENKINS_CONFIG", "/var/jenkins_config/jenkins.yaml"),
+            // The directory casc-init seeds from the ConfigMap and the mite applies to (ADR 0004).
+            env("CASC_JENKINS_CONFIG", CASC_DIR),
             env("JENKINS_HOME", "/var/jenkins_home"),
+            // For the Varroa plugin: the mite's user and the token it authenticates with.
+            env("VARROA_MITE_USER", MITE_USER),
+            env("VARROA_MITE_TOKEN_FILE", "/var/run/varroa/jenkins/token"),
         ]),
         resources: s.resources.clone(),
         readiness_probe: Some(Probe {
@@ -367,6 +378,7 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             mount("config", "/var/jenkins_config", true),
             mount("plugins", "/usr/share/jenkins/ref/plugins", false),
             mount("tmp", "/tmp", false),
+            mount("mite-token", "/var/run/varroa/jenkins", true),
         ]),
         security_context: Some(restricted()),
         ..Default::default()
@@ -380,6 +392,9 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             env("VARROA_NAMESPACE", &ns),
             env("VARROA_GATEWAY_ENDPOINT", &cfg.gateway_endpoint),
             env("VARROA_JENKINS_URL", "http://127.0.0.1:8080"),
+            env("VARROA_JENKINS_USER", MITE_USER),
+            env("VARROA_JENKINS_TOKEN_FILE", &format!("/var/run/varroa/tls/{}", crate::certs::KEY_JENKINS_TOKEN)),
+            env("VARROA_CASC_DIR", CASC_DIR),
             field_env("POD_NAME", "metadata.name"),
         ]),
         resources: Some(ResourceRequirements {
@@ -416,6 +431,25 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
         security_context: Some(restricted()),
         ..Default::default()
     };
+    // Jenkins boots with the ConfigMap's configuration: copied into the writable directory the
+    // mite applies to, before Jenkins starts.
+    let casc_init = Container {
+        name: CONTAINER_CASC_INIT.into(),
+        image: Some(cfg.mite_image.clone()),
+        args: Some(vec![
+            "seed-casc".into(),
+            "--from".into(),
+            "/var/jenkins_config/jenkins.yaml".into(),
+            "--to".into(),
+            CASC_DIR.into(),
+        ]),
+        volume_mounts: Some(vec![
+            mount("config", "/var/jenkins_config", true),
+            mount("jenkins-home", "/var/jenkins_home", false),
+        ]),
+        security_context: Some(restricted()),
+        ..Default::default()
+    };
     let mut annotations = BTreeMap::new();
     annotations.insert(ANNOTATION_RESTART_DIGEST.to_string(), restart_digest(c, r, cfg, inputs));
     let volumes = vec![
@@ -427,6 +461,20 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
         Volume {
             name: "mite-tls".into(),
             secret: Some(SecretVolumeSource { secret_name: Some(secret_name(c)), ..Default::default() }),
+            ..Default::default()
+        },
+        // Jenkins sees the mite's API token alone, not the mite's private key.
+        Volume {
+            name: "mite-token".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret_name(c)),
+                items: Some(vec![k8s_openapi::api::core::v1::KeyToPath {
+                    key: crate::certs::KEY_JENKINS_TOKEN.into(),
+                    path: "token".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
             ..Default::default()
         },
         Volume { name: "plugins".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() },
@@ -485,7 +533,7 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
                         seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
                         ..Default::default()
                     }),
-                    init_containers: Some(vec![plugins_init]),
+                    init_containers: Some(vec![plugins_init, casc_init]),
                     containers: vec![jenkins, mite],
                     volumes: Some(volumes),
                     ..Default::default()

@@ -90,6 +90,27 @@ async fn a_controller_reaches_running_then_connected_with_every_object_checked()
     let names: Vec<&str> = pod_spec.containers.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["jenkins", "mite"]);
     assert_eq!(pod_spec.init_containers.as_ref().unwrap()[0].name, "plugins-init");
+    // ADR 0004: the mite's Jenkins token in its Secret, Jenkins seeing that key alone, and the
+    // writable JCasC directory seeded from the ConfigMap before Jenkins starts.
+    let token = secret.data.clone().unwrap()["jenkins-token"].0.clone();
+    assert!(token.len() == 64 && token.iter().all(u8::is_ascii_hexdigit), "a random hex token");
+    let casc_init = &pod_spec.init_containers.as_ref().unwrap()[1];
+    assert_eq!(casc_init.name, "casc-init");
+    assert_eq!(
+        casc_init.args.clone().unwrap(),
+        ["seed-casc", "--from", "/var/jenkins_config/jenkins.yaml", "--to", "/var/jenkins_home/casc_configs"]
+    );
+    let env_of = |c: &k8s_openapi::api::core::v1::Container, k: &str| {
+        c.env.clone().unwrap_or_default().into_iter().find(|e| e.name == k).and_then(|e| e.value)
+    };
+    let (jenkins, mite) = (&pod_spec.containers[0], &pod_spec.containers[1]);
+    assert_eq!(env_of(jenkins, "CASC_JENKINS_CONFIG").as_deref(), Some("/var/jenkins_home/casc_configs"));
+    assert_eq!(env_of(mite, "VARROA_CASC_DIR").as_deref(), Some("/var/jenkins_home/casc_configs"));
+    assert_eq!(env_of(jenkins, "VARROA_MITE_USER"), env_of(mite, "VARROA_JENKINS_USER"));
+    assert_eq!(env_of(mite, "VARROA_JENKINS_TOKEN_FILE").as_deref(), Some("/var/run/varroa/tls/jenkins-token"));
+    let token_volume = pod_spec.volumes.clone().unwrap().into_iter().find(|v| v.name == "mite-token").expect("volume");
+    let items = token_volume.secret.and_then(|s| s.items).expect("only chosen keys");
+    assert_eq!(items.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(), ["jenkins-token"]);
     assert_eq!(pod_spec.containers[0].image.as_deref(), Some(JENKINS));
     let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
     assert_eq!(
@@ -387,6 +408,7 @@ async fn a_new_gateway_ca_reissues_the_certificate_and_rolls_the_pod() {
     env.wait_phase("ci", ControllerPhase::Running).await;
     let digest = restart_digest(&env.obj::<StatefulSet>("ci").await);
     let pod = pod_uid(&env, "ci").await;
+    let token_before = env.obj::<Secret>("ci-mite-tls").await.data.unwrap()["jenkins-token"].0.clone();
     let ca = install_gateway_ca(&env.admin, "rotated gateway CA").await;
     // The operator reads the CA on each pass: wake it (a CA change is not a watched object).
     env.touch("ci").await;
@@ -403,6 +425,8 @@ async fn a_new_gateway_ca_reissues_the_certificate_and_rolls_the_pod() {
     })
     .await;
     assert!(r.is_ok(), "the mite certificate is issued again by the new CA");
+    let token_after = secrets.get("ci-mite-tls").await.expect("secret").data.unwrap()["jenkins-token"].0.clone();
+    assert_eq!(token_after, token_before, "a new certificate keeps the mite's Jenkins token");
     // A new CA is restart-class: the pod template changes and the pod rolls.
     let sts: Api<StatefulSet> = Api::namespaced(env.admin.clone(), TEAM);
     let pods: Api<Pod> = Api::namespaced(env.admin.clone(), TEAM);
