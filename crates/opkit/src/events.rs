@@ -108,10 +108,7 @@ impl EventPublisher {
     /// Forget the series of Events about the object with `uid` (it is gone): a controller calls
     /// this where it forgets everything else it kept about an object.
     pub fn forget(&self, uid: &str) {
-        if let Ok(mut s) = self.series.lock() {
-            s.retain(|k, _| k.regarding.uid != uid);
-            shrink(&mut s);
-        }
+        self.retain_objects(|u| u != uid);
     }
 
     /// Keep only the series about objects whose uid `keep` accepts (a controller's sweep against

@@ -227,30 +227,46 @@ fn retry_delay(attempt: u32) -> Duration {
     Duration::from_millis(200u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(10))
 }
 
-async fn watch_mites(link: std::sync::Weak<KvLink>, js: async_nats::jetstream::Context, replicas: usize) {
+/// Opens `bucket` (creating it if needed) and watches every key, its current values first
+/// (history 1: one per key) and then every change; retries with back-off until it can.
+async fn open_and_watch(
+    js: &async_nats::jetstream::Context,
+    bucket: &'static str,
+    replicas: usize,
+) -> (Store, async_nats::jetstream::kv::Watch) {
     let mut attempt = 0;
     loop {
-        let store = match kv::open_mites(&js, replicas).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot open the mites bucket; retrying");
-                tokio::time::sleep(retry_delay(attempt)).await;
-                attempt += 1;
-                continue;
-            }
+        let opened = match bucket {
+            kv::DESIRED_BUCKET => kv::open_desired(js, replicas).await,
+            _ => kv::open_mites(js, replicas).await,
         };
-        // The current values first (history 1: one per key), then every change.
-        let mut watch = match store.watch_with_history(">").await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch the mites bucket; retrying");
-                tokio::time::sleep(retry_delay(attempt)).await;
-                attempt += 1;
-                continue;
-            }
+        let failure = match opened {
+            Ok(store) => match store.watch_with_history(">").await {
+                Ok(watch) => {
+                    tracing::info!(bucket, "watching");
+                    return (store, watch);
+                }
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
         };
-        attempt = 0;
-        tracing::info!(bucket = kv::MITES_BUCKET, "watching the mites");
+        tracing::warn!(bucket, error = %failure, "cannot open or watch the bucket; retrying");
+        tokio::time::sleep(retry_delay(attempt)).await;
+        attempt += 1;
+    }
+}
+
+async fn watch_mites(link: std::sync::Weak<KvLink>, js: async_nats::jetstream::Context, replicas: usize) {
+    loop {
+        let (store, mut watch) = open_and_watch(&js, kv::MITES_BUCKET, replicas).await;
+        // A (re)opened watch replays every current value: cells it does not replay were deleted
+        // while it was away and are dropped once the replay ends (an entry with no more pending,
+        // or at once for an empty bucket).
+        let mut replayed: Option<HashSet<(Key, u32)>> = Some(HashSet::new());
+        if store.status().await.is_ok_and(|s| s.values() == 0) {
+            drop_unreplayed(&link, &HashSet::new());
+            replayed = None;
+        }
         while let Some(entry) = watch.next().await {
             let Some(l) = link.upgrade() else { return };
             let entry = match entry {
@@ -265,6 +281,13 @@ async fn watch_mites(link: std::sync::Weak<KvLink>, js: async_nats::jetstream::C
                 continue;
             };
             let key = (mk.controller.namespace().to_string(), mk.controller.controller().to_string());
+            if let Some(seen) = replayed.as_mut() {
+                seen.insert((key.clone(), mk.cell));
+                if entry.delta == 0 {
+                    drop_unreplayed(&link, seen);
+                    replayed = None;
+                }
+            }
             let value = match entry.operation {
                 Operation::Put => match kv::decode_mite(&entry.key, &entry.value) {
                     Ok(v) => Some(v),
@@ -291,8 +314,28 @@ async fn watch_mites(link: std::sync::Weak<KvLink>, js: async_nats::jetstream::C
             }
             l.notify(&key);
         }
-        tokio::time::sleep(retry_delay(attempt)).await;
-        attempt += 1;
+        // The watch ended (NATS went away): open it again, which re-reads every value.
+        tokio::time::sleep(retry_delay(0)).await;
+    }
+}
+
+/// Drops the cells a replay did not bring back (deleted while the watch was away), waking their
+/// controllers.
+fn drop_unreplayed(link: &std::sync::Weak<KvLink>, seen: &HashSet<(Key, u32)>) {
+    let Some(l) = link.upgrade() else { return };
+    let mut woken = vec![];
+    if let Ok(mut cells) = l.cells.lock() {
+        for (key, c) in cells.iter_mut() {
+            let before = c.len();
+            c.retain(|cell, _| seen.contains(&(key.clone(), *cell)));
+            if c.len() != before {
+                woken.push(key.clone());
+            }
+        }
+        cells.retain(|_, c| !c.is_empty());
+    }
+    for key in woken {
+        l.notify(&key);
     }
 }
 
@@ -302,28 +345,9 @@ async fn watch_desired(
     replicas: usize,
     store_tx: watch::Sender<Option<Store>>,
 ) {
-    let mut attempt = 0;
     loop {
-        let store = match kv::open_desired(&js, replicas).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot open the desired bucket; retrying");
-                tokio::time::sleep(retry_delay(attempt)).await;
-                attempt += 1;
-                continue;
-            }
-        };
-        let mut watch = match store.watch_with_history(">").await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch the desired bucket; retrying");
-                tokio::time::sleep(retry_delay(attempt)).await;
-                attempt += 1;
-                continue;
-            }
-        };
+        let (store, mut watch) = open_and_watch(&js, kv::DESIRED_BUCKET, replicas).await;
         store_tx.send_replace(Some(store));
-        attempt = 0;
         while let Some(entry) = watch.next().await {
             let Some(l) = link.upgrade() else { return };
             let Ok(entry) = entry else { break };
@@ -345,8 +369,8 @@ async fn watch_desired(
                 }
             }
         }
-        tokio::time::sleep(retry_delay(attempt)).await;
-        attempt += 1;
+        // The watch ended (NATS went away): open it again, which re-reads every value.
+        tokio::time::sleep(retry_delay(0)).await;
     }
 }
 

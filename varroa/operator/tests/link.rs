@@ -199,3 +199,44 @@ async fn mite_state_from_jetstream_drives_the_phase_and_the_jcasc_reaches_the_de
     env.controllers().delete("ci", &DeleteParams::default()).await.expect("delete");
     wait_desired(&desired, "team-a.ci", "the desired entry is deleted with its Controller", |e| e.is_none()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_recovers_from_a_nats_restart_by_itself() {
+    let mut nats = NatsServer::start().expect("nats-server starts (make deps installs it)");
+    let mut env = Env::cluster().await;
+    env.start_operator_with(config(), link(&nats).await);
+    env.create("ci", json!({})).await;
+    env.wait_phase("ci", ControllerPhase::Running).await;
+    let (mites, desired) = buckets(&nats).await;
+    wait_desired(&desired, "team-a.ci", "the desired entry is written", |e| e.is_some()).await;
+    mites.put("team-a.ci.0", kv::encode(&hello())).await.expect("put");
+    env.wait_phase("ci", ControllerPhase::Connected).await;
+
+    // NATS goes away and comes back on the same port with the same store.
+    nats.restart().expect("nats-server restarts");
+    let (mites, desired) = buckets(&nats).await;
+    // What the gateway writes after the restart reaches the operator: its watch reopened.
+    let applied = MiteEntry {
+        last_apply_result: Some(ApplyResultRecord {
+            digest: "sha256:after-restart".into(),
+            succeeded: true,
+            finished_at: Some(jiff::Timestamp::now()),
+            ..Default::default()
+        }),
+        ..hello()
+    };
+    mites.put("team-a.ci.0", kv::encode(&applied)).await.expect("put");
+    env.wait("ci", "the apply result written after the NATS restart", |c| {
+        c.status.as_ref().and_then(|s| s.last_apply_result.as_ref()).is_some_and(|r| r.digest == "sha256:after-restart")
+    })
+    .await;
+    // And what the operator writes reaches the bucket again: a deleted entry is written back
+    // at the next change of the controller.
+    desired.delete("team-a.ci").await.expect("delete");
+    env.apply("apiVersion: varroa.dev/v1alpha1\nkind: CatalogItem\nmetadata: {name: msg, namespace: team-a}\nspec: {casc: {jenkins: {systemMessage: back}}}\n---\napiVersion: varroa.dev/v1alpha1\nkind: ComposedBundle\nmetadata: {name: b, namespace: team-a}\nspec: {inputs: [{catalogItem: {name: varroa-starter}}, {catalogItem: {name: msg}}]}\n").await;
+    env.patch_spec("ci", json!({"composedBundleRef": {"name": "b"}})).await;
+    wait_desired(&desired, "team-a.ci", "the desired entry is written after the restart", |e| {
+        e.is_some_and(|e| e.files.get("jenkins.yaml").is_some_and(|y| y.contains("systemMessage: back")))
+    })
+    .await;
+}
