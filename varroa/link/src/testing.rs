@@ -54,6 +54,9 @@ pub struct NatsServer {
     port: u16,
     monitor_port: u16,
     auth: Option<(String, String)>,
+    /// Extra configuration (e.g. the accounts of deploy/varroa/nats.yaml) and the environment it
+    /// reads (`$VAR` references), for [`NatsServer::start_with_config`].
+    extra: Option<(String, Vec<(String, String)>)>,
     child: Option<Child>,
 }
 
@@ -68,13 +71,28 @@ impl NatsServer {
         Self::start_inner(Some((user.to_owned(), password.to_owned())))
     }
 
+    /// Starts a server whose configuration also holds `config` (NATS configuration text, e.g.
+    /// an `accounts { ... }` block), with `env` in its environment for the `$VAR` references in
+    /// it. Authentication is whatever `config` sets.
+    pub fn start_with_config(config: &str, env: &[(&str, &str)]) -> Result<NatsServer, FixtureError> {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Self::start_inner_with(None, Some((config.to_owned(), env)))
+    }
+
     fn start_inner(auth: Option<(String, String)>) -> Result<NatsServer, FixtureError> {
+        Self::start_inner_with(auth, None)
+    }
+
+    fn start_inner_with(
+        auth: Option<(String, String)>,
+        extra: Option<(String, Vec<(String, String)>)>,
+    ) -> Result<NatsServer, FixtureError> {
         let binary = find_binary()?;
         let dir = tempfile::Builder::new()
             .prefix("varroa-nats-")
             .tempdir()
             .map_err(|e| FixtureError::Io(format!("temp dir: {e}")))?;
-        let mut server = NatsServer { binary, dir, port: 0, monitor_port: 0, auth, child: None };
+        let mut server = NatsServer { binary, dir, port: 0, monitor_port: 0, auth, extra, child: None };
         let mut last = None;
         // A port picked free can be taken before the server binds it: try a few.
         for _ in 0..3 {
@@ -184,6 +202,10 @@ impl NatsServer {
         if let Some((user, password)) = &self.auth {
             conf.push_str(&format!("authorization {{\n  user: {}\n  password: {}\n}}\n", quote(user), quote(password)));
         }
+        if let Some((extra, _)) = &self.extra {
+            conf.push_str(extra);
+            conf.push('\n');
+        }
         std::fs::write(self.config_path(), conf).map_err(|e| FixtureError::Io(format!("write config: {e}")))
     }
 
@@ -202,6 +224,7 @@ impl NatsServer {
             .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-m", &self.monitor_port.to_string()])
             .arg("-sd")
             .arg(&store)
+            .envs(self.extra.iter().flat_map(|(_, env)| env.iter().map(|(k, v)| (k, v))))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)

@@ -470,9 +470,29 @@ impl Kubectl {
 
     /// Wait until the operator's Deployment is Available; on timeout, fail with what its
     /// ReplicaSets and pods say (a pod refused by Pod Security shows there as FailedCreate).
+    /// The NATS credentials Secrets of the operator and the gateway, made the way
+    /// deploy/varroa/nats.yaml tells a user to.
+    fn create_nats_secrets(&self) {
+        for c in ["operator", "gateway"] {
+            let password = format!("{c}-{}", std::process::id());
+            let credentials = format!("--from-literal=credentials=user=varroa-{c}\npassword={password}\n");
+            let name = format!("varroa-nats-{c}");
+            let literal = format!("--from-literal=password={password}");
+            self.ok(&["-n", NS, "create", "secret", "generic", &name, &literal, &credentials]);
+        }
+    }
+
     fn wait_available(&self) {
         let t = format!("--timeout={}s", WAIT.as_secs());
-        let out = self.run(&["wait", "--for=condition=Available", "deployment/varroa-operator", "-n", NS, &t]);
+        let out = self.run(&[
+            "wait",
+            "--for=condition=Available",
+            "deployment/varroa-operator",
+            "deployment/varroa-gateway",
+            "-n",
+            NS,
+            &t,
+        ]);
         if !out.status.success() {
             let describe = self.run(&["describe", "deployment,replicaset,pods", "-n", NS]);
             panic!(
@@ -648,6 +668,7 @@ async fn kubectl_apply_runs_the_operator_in_the_cluster_and_a_controller_runs() 
     let deploy_dir = repo("deploy/varroa").display().to_string();
     blocking(|| {
         kubectl.ok(&["apply", "-f", &deploy_dir]);
+        kubectl.create_nats_secrets();
         let mut make_ca = operator_command().arg("gateway-ca").stdout(Stdio::piped()).spawn().expect("gateway-ca runs");
         let out = make_ca.stdout.take().expect("gateway-ca's stdout");
         kubectl.apply_stdin(Stdio::from(out));
@@ -691,6 +712,7 @@ async fn kubectl_apply_installs_varroa_and_two_replicas_elect_a_leader_and_fail_
     let deploy_dir = repo("deploy/varroa").display().to_string();
     let (_, stderr) = blocking(|| kubectl.ok(&["apply", "-f", &deploy_dir]));
     assert!(!stderr.contains("Warning"), "kubectl apply -f deploy/varroa/ warned:\n{stderr}");
+    blocking(|| kubectl.create_nats_secrets());
     blocking(|| {
         let t = format!("--timeout={}s", WAIT.as_secs());
         let crds: Vec<String> = varroa_api::crds()

@@ -15,10 +15,18 @@ fn run(args: &[&str]) -> Output {
         .expect("varroa-operator runs")
 }
 
-fn secret(out: &Output) -> Secret {
+/// The Secrets printed, in order.
+fn secrets(out: &Output) -> Vec<Secret> {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let yaml = String::from_utf8(out.stdout.clone()).expect("utf-8");
-    serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("not a Secret ({e}):\n{yaml}"))
+    yaml.split("\n---\n")
+        .map(|doc| serde_saphyr::from_str(doc).unwrap_or_else(|e| panic!("not a Secret ({e}):\n{doc}")))
+        .collect()
+}
+
+/// The CA Secret (the first printed).
+fn secret(out: &Output) -> Secret {
+    secrets(out).remove(0)
 }
 
 fn ca_of(s: &Secret) -> CertificateAuthority {
@@ -69,4 +77,39 @@ fn a_bad_validity_is_refused_with_the_reason() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--validity") && err.contains("not a duration"), "{err}");
+}
+
+#[test]
+fn the_gateway_serving_certificate_verifies_for_its_service_names_against_the_ca() {
+    let out = run(&[]);
+    let all = secrets(&out);
+    assert_eq!(all.len(), 2, "the CA and the gateway's serving certificate");
+    let ca = ca_of(&all[0]);
+    let tls = &all[1];
+    assert_eq!(tls.metadata.namespace.as_deref(), Some("varroa-system"));
+    assert_eq!(tls.metadata.name.as_deref(), Some("varroa-gateway-tls"));
+    let data = tls.data.clone().expect("data");
+    assert!(
+        !data.contains_key("ca.key") && data["ca.crt"].0 == ca.cert_pem().as_bytes(),
+        "the CA's certificate, never its key"
+    );
+    // What a mite does on connecting: verify the chain and the name it dialled (rustls, webpki).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    let der = |pem: &[u8]| rustls::pki_types::CertificateDer::from_pem_slice(pem).expect("a PEM certificate");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(der(ca.cert_pem().as_bytes())).expect("the CA is a root");
+    let verifier = rustls::client::WebPkiServerVerifier::builder(std::sync::Arc::new(roots)).build().expect("verifier");
+    let leaf = der(&data["tls.crt"].0);
+    let now = rustls::pki_types::UnixTime::now();
+    for name in ["varroa-gateway", "varroa-gateway.varroa-system.svc", "varroa-gateway.varroa-system.svc.cluster.local"]
+    {
+        let server = rustls::pki_types::ServerName::try_from(name).expect("a name");
+        verifier.verify_server_cert(&leaf, &[], &server, &[], now).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let other = rustls::pki_types::ServerName::try_from("evil.example.com").expect("a name");
+    assert!(verifier.verify_server_cert(&leaf, &[], &other, &[], now).is_err(), "only the Service's names");
+    // --gateway-tls-secret none: the CA alone.
+    assert_eq!(secrets(&run(&["--gateway-tls-secret", "none"])).len(), 1);
 }

@@ -1,0 +1,121 @@
+//! deploy/varroa/nats.yaml's accounts, run by a real nats-server: each component's NATS user can
+//! do what that component does (the operator through its real `KvLink`; the gateway's part
+//! played with its bucket operations) and is refused what belongs to the other.
+
+use futures::StreamExt;
+use serde_json::Value;
+use std::time::Duration;
+use varroa_link::kv::{self, DesiredEntry, MiteEntry};
+use varroa_link::nats::ConnectSettings;
+use varroa_link::testing::NatsServer;
+use varroa_operator::link::{KvLink, LinkSettings};
+use varroa_operator::mite::MiteSource;
+
+fn accounts_conf() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/varroa/nats.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/varroa/nats.yaml");
+    for doc in text.split("\n---\n") {
+        let Ok(v) = serde_saphyr::from_str::<Value>(doc) else { continue };
+        if v["kind"] == "ConfigMap" && v["metadata"]["name"] == "varroa-nats-config" {
+            assert!(v["data"]["nats.conf"].as_str().is_some_and(|c| c.contains("include ./accounts.conf")));
+            return v["data"]["accounts.conf"].as_str().expect("accounts.conf").to_string();
+        }
+    }
+    panic!("no ConfigMap varroa-nats-config in {}", path.display());
+}
+
+fn settings(nats: &NatsServer, dir: &std::path::Path, user: &str, password: &str) -> ConnectSettings {
+    let file = dir.join(user);
+    NatsServer::write_credentials(&file, user, password).expect("credentials file");
+    ConnectSettings {
+        url: nats.url(),
+        credentials_file: Some(file),
+        name: user.into(),
+        max_reconnect_delay: Duration::from_secs(1),
+    }
+}
+
+/// Whether a KV put is accepted within a few seconds (a refused publish gets no ack).
+async fn put_ok(store: &async_nats::jetstream::kv::Store, key: &str, value: bytes::Bytes) -> bool {
+    matches!(tokio::time::timeout(Duration::from_secs(3), store.put(key, value)).await, Ok(Ok(_)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_component_user_can_do_its_part_and_not_the_others() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let nats = NatsServer::start_with_config(
+        &accounts_conf(),
+        &[("OPERATOR_PASSWORD", "operator-secret"), ("GATEWAY_PASSWORD", "gateway-secret")],
+    )
+    .expect("nats-server starts with the shipped accounts");
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // Nobody gets in without a user.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), async_nats::connect(nats.url()))
+            .await
+            .map_or(true, |r| r.is_err()),
+        "anonymous connections are refused"
+    );
+
+    // The gateway's part: create and write varroa_mites, read varroa_desired, publish activity.
+    let gw = varroa_link::nats::connect(&settings(&nats, dir.path(), "varroa-gateway", "gateway-secret"))
+        .await
+        .expect("gateway");
+    let gw_js = async_nats::jetstream::new(gw.clone());
+    let mites = kv::open_mites(&gw_js, 1).await.expect("the gateway creates varroa_mites");
+    let entry = MiteEntry {
+        connected: true,
+        since: Some(jiff::Timestamp::now()),
+        last_heartbeat: Some(jiff::Timestamp::now()),
+        ..Default::default()
+    };
+    assert!(put_ok(&mites, "team-a.ci.0", kv::encode(&entry)).await, "the gateway writes mite state");
+    gw.publish("activity.local.team-a.ci", "connected".into()).await.expect("publish");
+    gw.flush().await.expect("the server takes the activity publish");
+
+    // The operator's part, through its real link: reads the mite state, writes the desired entry.
+    let link = KvLink::start(LinkSettings {
+        nats: settings(&nats, dir.path(), "varroa-operator", "operator-secret"),
+        heartbeat_timeout: Duration::from_secs(60),
+        replicas: 1,
+    })
+    .await
+    .expect("the operator connects");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !link.state("team-a", "ci").connected {
+        assert!(tokio::time::Instant::now() < deadline, "the operator reads varroa_mites");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let desired = DesiredEntry {
+        digest: "sha256:one".into(),
+        files: [("jenkins.yaml".to_string(), "jenkins: {}\n".to_string())].into(),
+        cells: Some(1),
+    };
+    assert_eq!(link.publish_desired("team-a", "ci", desired).await, Ok(true), "the operator writes varroa_desired");
+
+    // The gateway sees it (its watch of varroa_desired).
+    let desired_gw = kv::open_desired(&gw_js, 1).await.expect("the gateway reads varroa_desired");
+    let mut watch = desired_gw.watch_with_history(">").await.expect("watch");
+    let seen = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .expect("an entry")
+        .expect("some")
+        .expect("ok");
+    assert_eq!(kv::decode_desired(&seen.key, &seen.value).expect("entry").digest, "sha256:one");
+
+    // Each is refused the other's writes.
+    assert!(
+        !put_ok(&desired_gw, "team-a.ci", kv::encode(&DesiredEntry::default())).await,
+        "the gateway may not write varroa_desired"
+    );
+    let op = varroa_link::nats::connect(&settings(&nats, dir.path(), "varroa-operator", "operator-secret"))
+        .await
+        .expect("operator");
+    let op_js = async_nats::jetstream::new(op.clone());
+    let mites_op = kv::open_mites(&op_js, 1).await.expect("the operator opens varroa_mites to read it");
+    assert!(
+        !put_ok(&mites_op, "team-a.ci.0", kv::encode(&MiteEntry::default())).await,
+        "the operator may not write varroa_mites"
+    );
+}
