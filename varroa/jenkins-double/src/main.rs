@@ -13,9 +13,15 @@ use varroa_jenkins_double::{JenkinsDouble, Options};
 #[derive(Parser, Debug)]
 #[command(name = "varroa-jenkins-double", version)]
 struct Args {
-    /// Address to listen on (Jenkins' HTTP port in the pod is 8080).
-    #[arg(long, env = "JENKINS_DOUBLE_LISTEN", default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
+    /// Address to listen on (Jenkins' HTTP port in the pod is 8080). Default: `$POD_IP:8080`
+    /// when the pod's IP is given (the operator's StatefulSet sets `POD_IP` from the downward
+    /// API; devcluster's pods share the host's network, so each double binds its own pod IP),
+    /// else `127.0.0.1:8080`.
+    #[arg(long, env = "JENKINS_DOUBLE_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// The pod's IP (the downward API's `status.podIP`); gives the default listen address.
+    #[arg(long = "pod-ip", env = "POD_IP")]
+    pod_ip: Option<String>,
     /// The Jenkins version reported in X-Jenkins.
     #[arg(long = "jenkins-version", env = "JENKINS_DOUBLE_VERSION", default_value = "2.479.3")]
     jenkins_version: String,
@@ -62,8 +68,9 @@ async fn main() -> anyhow::Result<()> {
     if let Some(p) = &args.token_file {
         std::fs::metadata(p).map_err(|e| anyhow::anyhow!("--token-file {}: {e}", p.display()))?;
     }
+    let listen = listen_address(args.listen, args.pod_ip.as_deref())?;
     let opts = Options {
-        listen: args.listen,
+        listen,
         version: args.jenkins_version,
         user: args.user,
         api_token: None,
@@ -85,6 +92,24 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--listen`, else `POD_IP:8080`, else `127.0.0.1:8080`.
+fn listen_address(listen: Option<SocketAddr>, pod_ip: Option<&str>) -> anyhow::Result<SocketAddr> {
+    if let Some(l) = listen {
+        return Ok(l);
+    }
+    match pod_ip.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(ip) => {
+            let ip: std::net::IpAddr = ip.parse().map_err(|e| {
+                anyhow::anyhow!(
+                    "invalid --pod-ip (POD_IP) {ip:?}: {e}; fix: set the pod's IP (fieldRef status.podIP) or --listen"
+                )
+            })?;
+            Ok(SocketAddr::new(ip, 8080))
+        }
+        None => Ok(SocketAddr::from(([127, 0, 0, 1], 8080))),
+    }
+}
+
 async fn double_wait(d: JenkinsDouble) {
     d.wait().await
 }
@@ -102,4 +127,21 @@ async fn sigterm() {
 #[cfg(not(unix))]
 async fn sigterm() {
     std::future::pending::<()>().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listen_address_is_the_flag_then_the_pod_ip_then_loopback() {
+        let flag: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(listen_address(Some(flag), Some("127.4.0.2")).unwrap(), flag);
+        assert_eq!(listen_address(None, Some("127.4.0.2")).unwrap(), "127.4.0.2:8080".parse().unwrap());
+        assert_eq!(listen_address(None, Some("fd00::7")).unwrap(), "[fd00::7]:8080".parse().unwrap());
+        assert_eq!(listen_address(None, None).unwrap(), "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(listen_address(None, Some(" ")).unwrap(), "127.0.0.1:8080".parse().unwrap());
+        let err = listen_address(None, Some("not-an-ip")).unwrap_err().to_string();
+        assert!(err.contains("POD_IP") && err.contains("not-an-ip"), "{err}");
+    }
 }

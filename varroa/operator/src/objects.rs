@@ -344,6 +344,9 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             ..Default::default()
         }]),
         env: Some(vec![
+            // Jenkins listens on every address; the Jenkins double (devcluster's process runtime,
+            // where pods share the host's network) binds this one, so two pods do not collide.
+            field_env("POD_IP", "status.podIP"),
             env("JAVA_OPTS", &jvm),
             // The directory casc-init seeds from the ConfigMap and the mite applies to (ADR 0004).
             env("CASC_JENKINS_CONFIG", CASC_DIR),
@@ -390,11 +393,25 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
         env: Some(vec![
             env("VARROA_CONTROLLER", &name),
             env("VARROA_NAMESPACE", &ns),
+            // First: the values below refer to it as $(POD_IP), which Kubernetes expands only
+            // from variables defined before.
+            field_env("POD_IP", "status.podIP"),
             env("VARROA_GATEWAY_ENDPOINT", &cfg.gateway_endpoint),
-            env("VARROA_JENKINS_URL", "http://127.0.0.1:8080"),
+            // Jenkins on the pod's own address (the issue's "its pod IP through the downward
+            // API"): right on a cluster, and in devcluster's process runtime, where pods share
+            // the host's loopback and each Jenkins double binds its pod IP.
+            env("VARROA_JENKINS_URL", "http://$(POD_IP):8080"),
             env("VARROA_JENKINS_USER", MITE_USER),
             env("VARROA_JENKINS_TOKEN_FILE", &format!("/var/run/varroa/tls/{}", crate::certs::KEY_JENKINS_TOKEN)),
+            // The certificate files, spelled out (the mite's defaults are the same paths): a
+            // runtime that maps volume paths (devcluster's) sees them only in the pod spec.
+            env("VARROA_TLS_CERT", "/var/run/varroa/tls/tls.crt"),
+            env("VARROA_TLS_KEY", "/var/run/varroa/tls/tls.key"),
+            env("VARROA_TLS_CA", "/var/run/varroa/tls/ca.crt"),
             env("VARROA_CASC_DIR", CASC_DIR),
+            // Every address, as the mite's default; written out so devcluster binds it to the
+            // pod IP (two pods' mites would collide on the host's port otherwise).
+            env("VARROA_HEALTH_LISTEN", "0.0.0.0:8081"),
             field_env("POD_NAME", "metadata.name"),
         ]),
         resources: Some(ResourceRequirements {

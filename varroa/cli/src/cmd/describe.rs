@@ -100,11 +100,29 @@ pub fn summary(c: &Controller, cells: Option<i32>, now: Timestamp) -> String {
             s
         }
     };
+    t.row(["Mite:".to_string(), mite(&status, now)]);
     t.row(["Last apply:".to_string(), apply]);
     t.row(["Config digest:".to_string(), status.config_digest.clone().unwrap_or_else(none)]);
     let observed = status.observed_generation.map(|g| g.to_string()).unwrap_or_else(none);
     t.row(["Generation:".to_string(), format!("{} (status describes {observed})", c.metadata.generation.unwrap_or(0))]);
     t.render("")
+}
+
+/// The mite's stream, from the `MiteConnected` condition the operator keeps from the gateway's
+/// `varroa_mites` entries: up since when, lost since when, or never up. (Heartbeats are not
+/// in the status: a heartbeat a second would be a status write a second.)
+pub fn mite(status: &varroa_api::ControllerStatus, now: Timestamp) -> String {
+    let Some(c) = controller::condition(status, varroa_api::lifecycle::condition::MITE_CONNECTED) else {
+        return none();
+    };
+    let at = c.last_transition_time.0;
+    let when = format!("{} ({} ago)", timefmt::moment(at), timefmt::age(timefmt::since(now, at)));
+    match (c.status.as_str(), c.reason.as_str()) {
+        ("True", _) => format!("connected since {when}"),
+        (_, varroa_api::lifecycle::REASON_STREAM_LOST) => format!("stream lost since {when}: {}", c.message),
+        (_, reason) if c.message.is_empty() => format!("not connected ({reason})"),
+        (_, reason) => format!("not connected ({reason}: {})", c.message),
+    }
 }
 
 fn conditions(c: &Controller, now: Timestamp) -> String {
@@ -205,6 +223,25 @@ mod tests {
         assert_eq!(setting_value(&v, "plugins[git]"), "5.7.0");
         assert_eq!(setting_value(&v, "jvmOptions"), "[\"-Xmx2g\"]");
         assert_eq!(setting_value(&v, "nope.deeper"), "");
+    }
+
+    #[test]
+    fn the_mite_row_says_since_when_the_stream_is_up_or_lost() {
+        let now: Timestamp = "2026-03-01T12:00:00Z".parse().unwrap();
+        let status = |s: &str, reason: &str, message: &str| -> varroa_api::ControllerStatus {
+            serde_json::from_value(json!({"conditions": [{
+                "type": "MiteConnected", "status": s, "reason": reason, "message": message,
+                "lastTransitionTime": "2026-03-01T11:58:00Z",
+            }]}))
+            .unwrap()
+        };
+        let up = mite(&status("True", "StreamActive", "the mite's stream to the gateway is up"), now);
+        assert!(up.starts_with("connected since ") && up.contains("(2m ago)"), "{up}");
+        let lost = mite(&status("False", "StreamLost", "the pod stays in place"), now);
+        assert!(lost.starts_with("stream lost since ") && lost.ends_with(": the pod stays in place"), "{lost}");
+        let never = mite(&status("False", "NotConnected", "no mite stream has been established yet"), now);
+        assert_eq!(never, "not connected (NotConnected: no mite stream has been established yet)");
+        assert_eq!(mite(&Default::default(), now), "<none>");
     }
 
     #[test]

@@ -1,0 +1,389 @@
+//! The control link end to end, as a user's cluster runs it (issue 12, "Done when" #1): devcluster
+//! with its process runtime runs the pods the operator writes, so the `jenkins` container is the
+//! real `varroa-jenkins-double` binary, `plugins-init` and `casc-init` and the `mite` sidecar are
+//! the real `varroa-mite` binary; a real nats-server (JetStream), the real gateway (in-process,
+//! mutual TLS with a server certificate from the gateway CA the operator issues mite
+//! certificates from) and the operator with its real `KvLink`. The test serves the update site
+//! plugins-init downloads from, with a version profile whose SHA-256 lock matches its files.
+//!
+//! What it checks is what a user checks: both Controllers (one with two cells) `Connected`; a
+//! JCasC change live in Jenkins (the double's admin endpoint on the pod IP) with the new digest in
+//! `status.lastApplyResult`, the pod not restarted; a plugin change rolls the pod, which connects
+//! again; `varroa describe controller` shows the mite's state.
+//!
+//! The other crates' binaries: `cargo test -p varroa-operator` builds only this package's, so
+//! [`bins`] builds them once (`cargo build -p ... --bins`, a no-op when fresh) into the target
+//! directory this test binary runs from, and finds them there.
+
+mod support;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+use support::{Env, TEAM, WAIT, condition, config, phase_of};
+use varroa_api::ControllerPhase;
+use varroa_api::lifecycle::condition as cond;
+use varroa_gateway::{GatewayConfig, GatewayOptions, RunningGateway, TlsFiles};
+use varroa_link::kv::{self, DesiredEntry};
+use varroa_link::nats::ConnectSettings;
+use varroa_link::testing::NatsServer;
+use varroa_operator::link::{KvLink, LinkSettings};
+
+/// The plugins-init image of the operator's test configuration.
+const PLUGINS_INIT: &str = "ghcr.io/eventide/varroa-plugins-init*";
+/// The mite image (also casc-init's).
+const MITE: &str = "ghcr.io/eventide/varroa-mite*";
+/// The Jenkins image of the test profile.
+const JENKINS: &str = "jenkins/jenkins*";
+
+/// The binaries of the other workspace crates the pods run.
+struct Bins {
+    mite: PathBuf,
+    double: PathBuf,
+    varroa: PathBuf,
+}
+
+/// Builds `varroa-mite`, `varroa-jenkins-double` and `varroa` (the CLI) once per test process
+/// with the profile and target directory of this test binary, and returns their paths. Cargo's
+/// own lock on the target directory serialises this with any other build.
+fn bins() -> &'static Bins {
+    static BINS: OnceLock<Bins> = OnceLock::new();
+    BINS.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        // <target>/<profile dir>/deps/<test binary>
+        let profile_dir = exe.parent().and_then(Path::parent).expect("the test binary is in <target>/<profile>/deps");
+        let target_dir = profile_dir.parent().expect("the target directory");
+        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev".to_string(),
+            Some(other) => other.to_string(),
+            None => panic!("no profile directory in {}", exe.display()),
+        };
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_string());
+        let out = std::process::Command::new(&cargo)
+            .current_dir(support::repo(""))
+            .args(["build", "--bins", "-p", "varroa-mite", "-p", "varroa-jenkins-double", "-p", "varroa-cli"])
+            .arg("--profile")
+            .arg(&profile)
+            .arg("--target-dir")
+            .arg(target_dir)
+            .output()
+            .unwrap_or_else(|e| panic!("running {cargo} build: {e}"));
+        assert!(
+            out.status.success(),
+            "cargo build of the pods' binaries failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bin = |name: &str| {
+            let p = profile_dir.join(name);
+            assert!(p.is_file(), "{} was not built", p.display());
+            p
+        };
+        Bins { mite: bin("varroa-mite"), double: bin("varroa-jenkins-double"), varroa: bin("varroa") }
+    })
+}
+
+/// A plugin file the double reads as a plain-text manifest.
+fn plugin_file(name: &str, version: &str) -> String {
+    format!("Manifest-Version: 1.0\nShort-Name: {name}\nLong-Name: {name} (e2e)\nPlugin-Version: {version}\n")
+}
+
+fn sha256_hex(s: &str) -> String {
+    Sha256::digest(s.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An update site in the Jenkins layout (`/download/plugins/<name>/<version>/<name>.hpi`) serving
+/// [`plugin_file`] for any name and version. Returns its root URL.
+async fn update_site() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the update site");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let parts: Vec<&str> = req.uri().path().trim_start_matches('/').split('/').collect();
+                    let rsp = match parts.as_slice() {
+                        ["download", "plugins", name, version, file] if *file == format!("{name}.hpi") => {
+                            Response::new(Full::new(Bytes::from(plugin_file(name, version))))
+                        }
+                        _ => {
+                            let mut r = Response::new(Full::new(Bytes::from_static(b"not found")));
+                            *r.status_mut() = StatusCode::NOT_FOUND;
+                            r
+                        }
+                    };
+                    Ok::<_, std::convert::Infallible>(rsp)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// The `lts` profile (the test world's default) with a lock that matches [`update_site`]'s files.
+fn profile(git_version: &str) -> String {
+    let plugins = [
+        ("configuration-as-code", "1909.vb_b_f59a_27d013"),
+        ("git", git_version),
+        ("job-dsl", "1.90"),
+        ("kubernetes", "4313.va_9b_4fe2a_0e34"),
+        ("workflow-aggregator", "600.vb_57cdd26fdd7"),
+        ("role-strategy", "756.v978cb_392eb_d3"),
+    ];
+    let mut y = String::from(
+        "apiVersion: varroa.dev/v1alpha1\nkind: JenkinsVersionProfile\nmetadata: {name: lts}\nspec:\n  jenkinsVersion: \"2.479.3\"\n  image: jenkins/jenkins:2.479.3-lts-jdk17\n  plugins:\n",
+    );
+    for (name, version) in plugins {
+        let sha = sha256_hex(&plugin_file(name, version));
+        y.push_str(&format!("  - {{name: {name}, version: \"{version}\", sha256: \"{sha}\"}}\n"));
+    }
+    y
+}
+
+/// The gateway, in-process, with a server certificate for the address the mites dial.
+async fn gateway(ca: &varroa_pki::CertificateAuthority, nats: &NatsServer, dir: &Path) -> RunningGateway {
+    let server = ca
+        .issue_server(&["127.0.0.1".into()], Duration::from_secs(86_400), SystemTime::now())
+        .expect("the gateway's server certificate");
+    let tls = TlsFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key"), ca: dir.join("ca.crt") };
+    std::fs::write(&tls.cert, &server.cert_pem).expect("write tls.crt");
+    std::fs::write(&tls.key, &server.key_pem).expect("write tls.key");
+    std::fs::write(&tls.ca, ca.cert_pem()).expect("write ca.crt");
+    let gw = varroa_gateway::start(GatewayConfig {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        health_listen: "127.0.0.1:0".parse().expect("an address"),
+        tls,
+        nats: ConnectSettings {
+            url: nats.url(),
+            credentials_file: None,
+            name: "varroa-gateway/e2e".into(),
+            max_reconnect_delay: Duration::from_millis(500),
+        },
+        bucket_replicas: 1,
+        options: GatewayOptions {
+            replica: "varroa-gateway-e2e".into(),
+            heartbeat_interval: Duration::from_secs(1),
+            hello_timeout: Duration::from_secs(10),
+            cluster: "e2e".into(),
+            max_streams: 100,
+        },
+    })
+    .await
+    .expect("the gateway starts");
+    let ready = gw.readiness.clone();
+    support::eventually("the gateway is ready", || ready.is_ready()).await;
+    gw
+}
+
+async fn pod(env: &Env, name: &str) -> Pod {
+    env.obj::<Pod>(name).await
+}
+
+/// The Jenkins double's own view (`/__double/state`) of the pod's Jenkins, on the pod IP.
+async fn double_state(http: &reqwest::Client, p: &Pod) -> Option<Value> {
+    let ip = p.status.as_ref()?.pod_ip.clone()?;
+    let r = http.get(format!("http://{ip}:8080/__double/state")).send().await.ok()?;
+    r.json().await.ok()
+}
+
+async fn desired_entry(store: &async_nats::jetstream::kv::Store, key: &str) -> Option<DesiredEntry> {
+    let v = store.get(key).await.ok()??;
+    kv::decode_desired(key, &v).ok()
+}
+
+/// Polls until `f` yields a value, failing after [`WAIT`] with `what` and the last value seen.
+async fn until<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(last) if tokio::time::Instant::now() >= deadline => panic!("timed out waiting until {what}: {last}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let bins = bins();
+    let site = update_site().await;
+    let options = devcluster::Options {
+        run: vec![
+            devcluster::runtime::RunRule::new(JENKINS, &bins.double),
+            devcluster::runtime::RunRule::new(MITE, &bins.mite),
+            devcluster::runtime::RunRule::new(PLUGINS_INIT, &bins.mite),
+        ],
+        ..Default::default()
+    };
+    let mut env = Env::cluster_with(options).await;
+    // The CA the operator issues mite certificates from, and the gateway trusts.
+    let ca = support::install_gateway_ca(&env.admin, "e2e gateway CA").await;
+    env.apply(&profile("5.7.0")).await;
+    let nats = NatsServer::start().expect("nats-server starts (make deps installs it)");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let gw = gateway(&ca, &nats, dir.path()).await;
+
+    let link = KvLink::start(LinkSettings {
+        nats: ConnectSettings {
+            url: nats.url(),
+            credentials_file: None,
+            name: "varroa-operator/e2e".into(),
+            max_reconnect_delay: Duration::from_millis(500),
+        },
+        heartbeat_timeout: Duration::from_secs(15),
+        replicas: 1,
+    })
+    .await
+    .expect("the operator's link starts");
+    let mut cfg = config();
+    cfg.gateway_endpoint = gw.grpc_addr.to_string();
+    cfg.default_update_site = site.clone();
+    cfg.mite_heartbeat_timeout = Duration::from_secs(15);
+    env.start_operator_with(cfg, link);
+
+    env.apply(
+        "apiVersion: varroa.dev/v1alpha1\nkind: CatalogItem\nmetadata: {name: msg, namespace: team-a}\nspec: {casc: {jenkins: {systemMessage: one}}}\n---\napiVersion: varroa.dev/v1alpha1\nkind: ComposedBundle\nmetadata: {name: b, namespace: team-a}\nspec: {inputs: [{catalogItem: {name: varroa-starter}}, {catalogItem: {name: msg}}]}\n",
+    )
+    .await;
+    env.create("ci", json!({"composedBundleRef": {"name": "b"}})).await;
+    env.create("cells", json!({"cells": 2})).await;
+
+    // Both reach Connected through the real mites (every cell of "cells" has its stream).
+    let ci = env.wait_phase("ci", ControllerPhase::Connected).await;
+    assert_eq!(condition(&ci, cond::MITE_CONNECTED).map(|c| c.status.as_str()), Some("True"));
+    env.wait_phase("cells", ControllerPhase::Connected).await;
+    let client = async_nats::connect(nats.url()).await.expect("connect to NATS");
+    let js = async_nats::jetstream::new(client);
+    let mites = kv::open_mites(&js, 1).await.expect("the mites bucket");
+    let desired = kv::open_desired(&js, 1).await.expect("the desired bucket");
+    for key in ["team-a.cells.0", "team-a.cells.1", "team-a.ci.0"] {
+        until(&format!("{key} is connected in varroa_mites"), || async {
+            let v = mites.get(key).await.map_err(|e| e.to_string())?.ok_or("no entry")?;
+            let e = kv::decode_mite(key, &v).map_err(|e| e.to_string())?;
+            // The mite may say hello before Jenkins answers (both containers start together):
+            // the version then comes with its first observation.
+            let version = e.observation.version.as_deref().unwrap_or(&e.jenkins_version);
+            if e.connected && version == "2.479.3" { Ok(()) } else { Err(format!("{e:?}")) }
+        })
+        .await;
+    }
+
+    // The boot configuration was applied through the link too: the first digest is in the status.
+    let first = until("the first desired entry", || async {
+        desired_entry(&desired, "team-a.ci").await.ok_or_else(|| "none".to_string())
+    })
+    .await;
+    let ci = env
+        .wait("ci", "the first apply result", |c| {
+            c.status.as_ref().and_then(|s| s.last_apply_result.as_ref()).is_some_and(|r| r.digest == first.digest)
+        })
+        .await;
+    assert!(ci.status.and_then(|s| s.last_apply_result).is_some_and(|r| r.succeeded));
+
+    // Jenkins, on its pod IP, runs the boot configuration.
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("an HTTP client");
+    let ci_pod = pod(&env, "ci-0").await;
+    let state = until("the double answers on the pod IP", || async {
+        double_state(&http, &ci_pod).await.ok_or_else(|| "no answer".to_string())
+    })
+    .await;
+    assert_eq!(state["live"]["jenkins"]["systemMessage"], "one", "{state}");
+    let reloads_before = state["reloads"].as_array().map_or(0, Vec::len);
+
+    // A JCasC change: live in Jenkins, the new digest in the status, the pod not restarted.
+    env.apply("apiVersion: varroa.dev/v1alpha1\nkind: CatalogItem\nmetadata: {name: msg, namespace: team-a}\nspec: {casc: {jenkins: {systemMessage: two}}}\n").await;
+    let second = until("the new JCasC in varroa_desired", || async {
+        match desired_entry(&desired, "team-a.ci").await {
+            Some(e) if e.digest != first.digest => Ok(e),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let live = until("the double runs the new configuration", || async {
+        let s = double_state(&http, &ci_pod).await.ok_or("no answer")?;
+        if s["live"]["jenkins"]["systemMessage"] == "two" { Ok(s) } else { Err(s.to_string()) }
+    })
+    .await;
+    assert!(live["reloads"].as_array().map_or(0, Vec::len) > reloads_before, "reloaded, not restarted: {live}");
+    let ci = env
+        .wait("ci", "the new digest in lastApplyResult", |c| {
+            c.status.as_ref().and_then(|s| s.last_apply_result.as_ref()).is_some_and(|r| r.digest == second.digest)
+        })
+        .await;
+    assert!(ci.status.as_ref().and_then(|s| s.last_apply_result.as_ref()).is_some_and(|r| r.succeeded));
+    assert_eq!(phase_of(&ci), Some(ControllerPhase::Connected));
+    let now_pod = pod(&env, "ci-0").await;
+    assert_eq!(now_pod.uid(), ci_pod.uid(), "a JCasC change does not restart the pod");
+    let restarts: i32 = now_pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+        .unwrap_or(0);
+    assert_eq!(restarts, 0, "no container restarted");
+
+    // `varroa describe controller` shows the mite's state.
+    let kubeconfig = env.dc.kubeconfig_path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&bins.varroa)
+            .args(["describe", "controller", "cells", "-n", TEAM])
+            .env("KUBECONFIG", kubeconfig)
+            .env("NO_COLOR", "1")
+            .output()
+    })
+    .await
+    .expect("the describe task")
+    .expect("run varroa describe");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for want in ["Phase: Connected", "Mite: connected since", "Cells: 2/2 ready", "Last apply: succeeded"] {
+        assert!(flat.contains(want), "describe lacks {want:?}:\n{text}");
+    }
+
+    // A plugin change (a new version in the lock) rolls the pod, which connects again.
+    env.apply(&profile("5.7.1")).await;
+    let rolled = until("ci-0 is replaced", || async {
+        let p = Api::<Pod>::namespaced(env.admin.clone(), TEAM).get_opt("ci-0").await.map_err(|e| e.to_string())?;
+        match p {
+            Some(p) if p.uid() != ci_pod.uid() => Ok(p),
+            _ => Err("the old pod".into()),
+        }
+    })
+    .await;
+    env.wait("ci", "Connected after the roll", |c| {
+        phase_of(c) == Some(ControllerPhase::Connected)
+            && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
+    })
+    .await;
+    let rolled = until("the new pod has its IP", || async {
+        let p = pod(&env, &rolled.name_any()).await;
+        if p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() { Ok(p) } else { Err("no IP".into()) }
+    })
+    .await;
+    until("the rolled pod's Jenkins runs the current configuration", || async {
+        let s = double_state(&http, &rolled).await.ok_or("no answer")?;
+        if s["live"]["jenkins"]["systemMessage"] == "two" { Ok(()) } else { Err(s.to_string()) }
+    })
+    .await;
+
+    env.stop_operator().await;
+    gw.shutdown().await;
+}
