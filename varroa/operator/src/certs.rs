@@ -16,6 +16,48 @@ use varroa_pki::{CertificateAuthority, MiteIdentity};
 /// Annotation on the mite Secret: the fingerprint of the CA that issued it.
 pub const ANNOTATION_CA: &str = "varroa.dev/ca-fingerprint";
 
+/// A stream that yields once each time the gateway CA Secret changes (created, its data
+/// replaced, deleted): every controller then gets its certificate issued again and its pod rolled
+/// at once, instead of at the next resync. Watched by name (RBAC grants list and watch on that
+/// one Secret); a relist of an unchanged Secret yields nothing.
+pub fn gateway_ca_changes(
+    client: kube::Client,
+    config: &crate::Config,
+) -> impl futures::Stream<Item = ()> + Send + use<> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let (ns, name) = config.gateway_ca();
+    let api: Api<Secret> = Api::namespaced(client, &ns);
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let digest = |s: &Secret| {
+        let bytes = serde_json::to_vec(&s.data).unwrap_or_default();
+        ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref().to_vec()
+    };
+    let mut last: Option<Option<Vec<u8>>> = None;
+    watcher(api, cfg).filter_map(move |event| {
+        let now = match event {
+            Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => Some(Some(digest(&s))),
+            Ok(watcher::Event::Delete(_)) => Some(None),
+            // A relist that finds nothing: the Secret is gone.
+            Ok(watcher::Event::InitDone) if last.is_none() => Some(None),
+            _ => None,
+        };
+        let changed = match (&now, &last) {
+            (Some(n), Some(l)) => n != l,
+            _ => false,
+        };
+        if now.is_some() && (last.is_none() || changed) {
+            let first = last.is_none();
+            last = now;
+            if !first {
+                tracing::info!(secret = %format!("{ns}/{name}"), "the gateway CA changed: reconciling every controller");
+                return futures::future::ready(Some(()));
+            }
+        }
+        futures::future::ready(None)
+    })
+}
+
 /// Reads the gateway CA; the error says what is missing and the fix.
 pub async fn gateway_ca(ctx: &Context) -> std::result::Result<CertificateAuthority, String> {
     let (ns, name) = ctx.config.gateway_ca();

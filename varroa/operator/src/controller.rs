@@ -689,6 +689,8 @@ pub async fn run(
             }
         }
     };
+    // A new gateway CA reissues every certificate and rolls every pod at once.
+    let ca_changes = crate::certs::gateway_ca_changes(client.clone(), &ctx.config);
     let controller = kc
         .owns(Api::<StatefulSet>::all(client.clone()), ours.clone())
         .owns(Api::<ConfigMap>::all(client.clone()), ours.clone())
@@ -698,6 +700,7 @@ pub async fn run(
         .owns(Api::<Ingress>::all(client.clone()), ours)
         .watches(Api::<Pod>::all(client.clone()), pods_cfg, |p| controller_of(&p))
         .reconcile_on(triggers)
+        .reconcile_all_on(ca_changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {

@@ -175,6 +175,8 @@ async fn the_operator_has_only_what_it_needs_and_still_provisions_a_controller()
             ("create", "rolebindings", ns),
             ("update", "rolebindings", ns),
             ("get", "secrets/varroa-gateway-ca", Some("varroa-system")),
+            ("watch", "secrets/varroa-gateway-ca", Some("varroa-system")),
+            ("list", "secrets/varroa-gateway-ca", Some("varroa-system")),
             ("create", "secrets", ns),
             ("patch", "secrets", ns),
             ("update", "secrets", ns),
