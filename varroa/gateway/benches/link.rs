@@ -17,7 +17,8 @@
 //!    apply results with the new digest;
 //! 3. the latency of one message: a mite sends an Observation, until a watcher of `varroa_mites`
 //!    sees the entry change (round robin over the mites, each cell's previous write at least
-//!    250 ms old so the gateway's 200 ms write coalescing is not what is measured).
+//!    250 ms old so the gateway's 200 ms write coalescing is not what is measured; a heartbeat
+//!    write of the cell just before a sample still delays it, about 200 ms / interval of them).
 //!
 //! The floors run last, after the mites are gone and the gateway has exited, on the same NATS
 //! server, in buckets of their own with the same settings: the same N puts of the same desired
