@@ -61,6 +61,7 @@ pub fn fields(def: &str) -> &'static [(&'static str, Zero)] {
     }
 }
 
+#[cfg(test)]
 fn has_property(defs: &Defs, def: &str, field: &str) -> bool {
     defs.get(def).and_then(|d| d.get("properties")).and_then(|p| p.get(field)).is_some()
 }
@@ -70,8 +71,10 @@ fn has_property(defs: &Defs, def: &str, field: &str) -> bool {
 /// field the schema does not declare is left alone.
 pub fn fill(def: &str, obj: &mut Value, defs: &Defs) {
     let Value::Object(m) = obj else { return };
+    // The definition's properties, looked up once for all its fields.
+    let Some(props) = defs.get(def).and_then(|d| d.get("properties")) else { return };
     for (field, zero) in fields(def) {
-        if !has_property(defs, def, field) {
+        if props.get(field).is_none() {
             continue;
         }
         match zero {
