@@ -584,7 +584,10 @@ fn merge(ty: Ty, l: Option<&Value>, r: Option<&Value>) -> Option<Value> {
         }
         Kind::List(kind) => {
             let out = merge_list(&ty, &kind, lv, rv);
-            (!out.is_empty()).then_some(Value::Array(out))
+            // A list the applied configuration sets stays, empty or not (a live list whose
+            // items all went, or were not list items at all, is then `[]`, as a re-apply of the
+            // same configuration leaves it).
+            (!out.is_empty() || rv.is_array()).then_some(Value::Array(out))
         }
     }
 }
@@ -1666,6 +1669,21 @@ mod tests {
                     .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })
+    }
+
+    /// Found by apply_and_update_never_panic: a live list whose only item is not a list item
+    /// (null), applied as `[]`, lost the field on the first apply and got it back on the second.
+    #[test]
+    fn an_applied_empty_list_stays_over_a_live_list_of_invalid_items() {
+        let fx = Fixture::new();
+        let live =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [null]}});
+        let cfg = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}});
+        let tracked = fx.update(None, &live, "creator", T1);
+        let out = fx.apply(Some(&tracked), &cfg, "m", false, T2).expect("applies");
+        assert_eq!(out["spec"], json!({"containers": []}));
+        let again = fx.apply(Some(&out), &cfg, "m", false, T3).expect("applies again");
+        assert_eq!(again["spec"], out["spec"]);
     }
 
     proptest! {
