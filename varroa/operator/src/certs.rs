@@ -19,13 +19,14 @@ pub const ANNOTATION_CA: &str = "varroa.dev/ca-fingerprint";
 /// A stream that yields once each time the gateway CA Secret changes (created, its data
 /// replaced, deleted): every controller then gets its certificate issued again and its pod rolled
 /// at once, instead of at the next resync. Watched by name (RBAC grants list and watch on that
-/// one Secret); a relist of an unchanged Secret yields nothing.
+/// one Secret); a relist of an unchanged Secret yields nothing. Errors are retried with the
+/// watcher's default backoff.
 pub fn gateway_ca_changes(
     client: kube::Client,
     config: &crate::Config,
 ) -> impl futures::Stream<Item = ()> + Send + use<> {
     use futures::StreamExt;
-    use kube::runtime::watcher;
+    use kube::runtime::{WatchStreamExt, watcher};
     let (ns, name) = config.gateway_ca();
     let api: Api<Secret> = Api::namespaced(client, &ns);
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -34,7 +35,10 @@ pub fn gateway_ca_changes(
         ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref().to_vec()
     };
     let mut last: Option<Option<Vec<u8>>> = None;
-    watcher(api, cfg).filter_map(move |event| {
+    // Backoff: an API server that fails at once (gone, refusing) is retried with growing
+    // delays. Without it the watcher retried in the same poll forever, since errors are dropped
+    // here, and starved its runtime thread (found when a test's devcluster went first).
+    watcher(api, cfg).default_backoff().filter_map(move |event| {
         let now = match event {
             Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => Some(Some(digest(&s))),
             Ok(watcher::Event::Delete(_)) => Some(None),
@@ -208,4 +212,42 @@ fn new_token() -> Result<String> {
         Error::Blocked("the system's random number generator failed; cannot make the mite's token".into())
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// An API server that fails every request at once: the CA watch retries with a backoff
+    /// (a few requests in ten seconds), instead of in a loop that never yields.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_api_server_is_retried_with_backoff_not_in_a_hot_loop() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let service = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n >= 1_000 {
+                    // A hot loop would get here in no time; park it so the test ends.
+                    std::future::pending::<()>().await;
+                }
+                Err::<http::Response<kube::client::Body>, _>(std::io::Error::other("refused"))
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        let config = crate::Config::for_tests();
+        let changes = gateway_ca_changes(client, &config);
+        let watch = tokio::spawn(async move {
+            let mut changes = std::pin::pin!(changes);
+            while changes.next().await.is_some() {}
+        });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let n = calls.load(Ordering::SeqCst);
+        assert!((1..=12).contains(&n), "{n} requests in 10 s against a failing API server");
+        watch.abort();
+    }
 }

@@ -587,7 +587,13 @@ fn merge(ty: Ty, l: Option<&Value>, r: Option<&Value>) -> Option<Value> {
             // A list the applied configuration sets stays, empty or not (a live list whose
             // items all went, or were not list items at all, is then `[]`, as a re-apply of the
             // same configuration leaves it).
-            (!out.is_empty() || rv.is_array()).then_some(Value::Array(out))
+            // An applied `null` over a live list whose items all went stays `null` (a
+            // re-apply finds no live list and keeps the applied leaf).
+            match () {
+                _ if !out.is_empty() || rv.is_array() => Some(Value::Array(out)),
+                _ if rv.is_null() => Some(Value::Null),
+                _ => None,
+            }
         }
     }
 }
@@ -1682,6 +1688,20 @@ mod tests {
         let tracked = fx.update(None, &live, "creator", T1);
         let out = fx.apply(Some(&tracked), &cfg, "m", false, T2).expect("applies");
         assert_eq!(out["spec"], json!({"containers": []}));
+        let again = fx.apply(Some(&out), &cfg, "m", false, T3).expect("applies again");
+        assert_eq!(again["spec"], out["spec"]);
+    }
+
+    /// Found by apply_and_update_never_panic: the same live list applied as `null` lost the
+    /// field on the first apply and set it to `null` on the second.
+    #[test]
+    fn an_applied_null_stays_over_a_live_list_of_invalid_items() {
+        let fx = Fixture::new();
+        let live =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [null]}});
+        let cfg = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": null}});
+        let tracked = fx.update(None, &live, "creator", T1);
+        let out = fx.apply(Some(&tracked), &cfg, "m", false, T2).expect("applies");
         let again = fx.apply(Some(&out), &cfg, "m", false, T3).expect("applies again");
         assert_eq!(again["spec"], out["spec"]);
     }

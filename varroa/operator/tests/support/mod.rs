@@ -62,11 +62,12 @@ impl Drop for Operator {
 }
 
 pub struct Env {
+    /// First, so that it is dropped (stopped) before the cluster it talks to.
+    pub op: Option<Operator>,
     pub dc: DevCluster,
     pub admin: Client,
     pub sa: Client,
     pub mites: StaticMites,
-    pub op: Option<Operator>,
     touches: AtomicU64,
 }
 

@@ -70,13 +70,14 @@ impl Drop for Operator {
 }
 
 pub struct Env {
+    /// First, so that it is dropped (stopped) before the cluster it talks to.
+    pub op: Option<Operator>,
     pub dc: DevCluster,
     /// The cluster admin (the test's own hands).
     pub admin: Client,
     /// The operator's service account, with exactly deploy/vesper/rbac.yaml.
     pub sa: Client,
     pub clock: Clock,
-    pub op: Option<Operator>,
     touches: AtomicU64,
 }
 
