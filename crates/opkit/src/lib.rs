@@ -12,7 +12,8 @@
 //! - [`process`]: signals, health, leader election and shutdown of an operator process, and
 //!   the API client's timeouts;
 //! - [`reconcile`]: a time limit for every reconcile;
-//! - [`error`]: the error type of all of them.
+//! - [`error`]: the error type of all of them;
+//! - [`testing`]: for the end-to-end tests, the workspace's binaries as its test build makes them.
 //!
 //! Everything talks to the cluster through a `kube::Client`, so the tests run against
 //! devcluster exactly as production runs against a real API server.
@@ -25,6 +26,7 @@ pub mod health;
 pub mod leader;
 pub mod process;
 pub mod reconcile;
+pub mod testing;
 
 pub use error::{Error, Result};
 

@@ -12,8 +12,8 @@
 //! again; `varroa describe controller` shows the mite's state.
 //!
 //! The other crates' binaries: `cargo test -p varroa-operator` builds only this package's, so
-//! [`bins`] builds them once (`cargo build -p ... --bins`, a no-op when fresh) into the target
-//! directory this test binary runs from, and finds them there.
+//! [`bins`] asks for the workspace's test build (a no-op when `cargo nextest run --workspace`
+//! made it) and takes them from it.
 
 mod support;
 
@@ -52,42 +52,17 @@ struct Bins {
     varroa: PathBuf,
 }
 
-/// Builds `varroa-mite`, `varroa-jenkins-double` and `varroa` (the CLI) once per test process
-/// with the profile and target directory of this test binary, and returns their paths. Cargo's
-/// own lock on the target directory serialises this with any other build.
+/// `varroa-mite`, `varroa-jenkins-double` and `varroa` (the CLI), as the workspace's test build
+/// makes them ([`opkit::testing::workspace_bins`]), once per test process.
 fn bins() -> &'static Bins {
     static BINS: OnceLock<Bins> = OnceLock::new();
     BINS.get_or_init(|| {
-        let exe = std::env::current_exe().expect("the test binary's path");
-        // <target>/<profile dir>/deps/<test binary>
-        let profile_dir = exe.parent().and_then(Path::parent).expect("the test binary is in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("the target directory");
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => "dev".to_string(),
-            Some(other) => other.to_string(),
-            None => panic!("no profile directory in {}", exe.display()),
-        };
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_string());
-        let out = std::process::Command::new(&cargo)
-            .current_dir(support::repo(""))
-            .args(["build", "--bins", "-p", "varroa-mite", "-p", "varroa-jenkins-double", "-p", "varroa-cli"])
-            .arg("--profile")
-            .arg(&profile)
-            .arg("--target-dir")
-            .arg(target_dir)
-            .output()
-            .unwrap_or_else(|e| panic!("running {cargo} build: {e}"));
-        assert!(
-            out.status.success(),
-            "cargo build of the pods' binaries failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let mut bins = opkit::testing::workspace_bins(
+            Path::new(env!("CARGO_MANIFEST_DIR")),
+            &["varroa-mite", "varroa-jenkins-double", "varroa"],
         );
-        let bin = |name: &str| {
-            let p = profile_dir.join(name);
-            assert!(p.is_file(), "{} was not built", p.display());
-            p
-        };
-        Bins { mite: bin("varroa-mite"), double: bin("varroa-jenkins-double"), varroa: bin("varroa") }
+        let mut take = |name: &str| bins.remove(name).expect("workspace_bins returns every name");
+        Bins { mite: take("varroa-mite"), double: take("varroa-jenkins-double"), varroa: take("varroa") }
     })
 }
 

@@ -17,35 +17,17 @@ fn running(pid: &str) -> bool {
 
 #[test]
 fn demo_brings_previews_to_ready_and_controllers_to_running_and_cleans_up() {
-    // The demo runs the workspace's binaries.
-    let build = Command::new(env!("CARGO"))
-        .current_dir(repo())
-        .args([
-            "build",
-            "--bins",
-            "-p",
-            "devcluster",
-            "-p",
-            "vesper-operator",
-            "-p",
-            "vesperctl",
-            "-p",
-            "varroa-operator",
-            "-p",
-            "varroa-cli",
-        ])
-        .status()
-        .expect("cargo runs");
-    assert!(build.success(), "building the demo's binaries failed");
+    // The demo runs the workspace's binaries, from the workspace's test build (the one
+    // `make test` made: fresh, this builds nothing).
+    let bins = opkit::testing::workspace_bins(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        &["devcluster", "vesper-operator", "vesperctl", "varroa-operator", "varroa"],
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     // The binaries are found through CARGO_TARGET_DIR (here a link to this build's target
     // directory, so that the path the demo names is this one), and the default port, taken by
     // someone else (a listener of this test stands in for 6443), gives way to a free one.
-    let target = PathBuf::from(env!("CARGO_BIN_EXE_vesper-operator"))
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("the target directory")
-        .to_path_buf();
+    let target = bins["vesper-operator"].parent().and_then(|d| d.parent()).expect("the target directory").to_path_buf();
     let linked = dir.path().join("linked-target");
     std::os::unix::fs::symlink(&target, &linked).expect("link the target directory");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
