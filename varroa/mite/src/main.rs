@@ -51,6 +51,11 @@ struct InstallPluginsArgs {
     /// The update site root; plugins come from <site>/download/plugins/<name>/<version>/<name>.hpi.
     #[arg(long, env = "VARROA_UPDATE_SITE")]
     update_site: String,
+    /// Where the digests of plugins the lock does not list (pins, plugins an input needs) come
+    /// from: the update site's plugin-versions.json. Default: <update-site>/current/plugin-versions.json,
+    /// as updates.jenkins.io lays it out. `none` refuses every unlocked plugin.
+    #[arg(long, env = "VARROA_PLUGIN_INFO")]
+    plugin_info: Option<String>,
     /// Destination directory (the image's /usr/share/jenkins/ref/plugins); plugins land as <name>.jpi.
     #[arg(long, env = "VARROA_PLUGINS_DEST")]
     dest: PathBuf,
@@ -134,7 +139,13 @@ async fn stop_signal() -> &'static str {
 }
 
 async fn install_plugins(a: InstallPluginsArgs) -> ExitCode {
+    let plugin_info = match a.plugin_info.as_deref() {
+        Some("none") => None,
+        Some(url) => Some(url.to_string()),
+        None => Some(varroa_mite::plugins::default_plugin_info(&a.update_site)),
+    };
     let opts = InstallOptions {
+        plugin_info,
         max_size: a.max_size,
         attempts: a.attempts,
         initial_backoff: Duration::from_millis(a.initial_backoff_ms),

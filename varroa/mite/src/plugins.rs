@@ -10,8 +10,16 @@
 //!
 //! - `plugins.txt`: one `name:version` a line (blank lines and `#` comments ignored). Every plugin
 //!   is pinned: there is no "latest" here.
-//! - `plugins-sha256.txt`: `<hex>  <name>.hpi` lines, as `sha256sum` writes them. A plugin without
-//!   a line is refused before anything is downloaded: an unverified file is never installed.
+//! - `plugins-sha256.txt`: `<hex>  <name>.hpi` lines, as `sha256sum` writes them: the version
+//!   profile's lock.
+//! - A plugin the lock does not list (a Controller's pin, a plugin an input needs) is verified
+//!   against the digest its update site publishes: `plugin-versions.json`, which lists every
+//!   version of every plugin with its `sha256` (base64, as jenkins-infra/update-center2 writes
+//!   it), at `<site>/current/plugin-versions.json` on updates.jenkins.io and its mirrors (the
+//!   plugin-installation-manager-tool reads the same file, `JENKINS_PLUGIN_INFO`), or where
+//!   `--plugin-info` says. It is fetched once, only when some plugin is unlocked, and only the
+//!   wanted entries are kept. A plugin neither lists is refused before anything is downloaded,
+//!   as is every unlocked one with `--plugin-info none`: an unverified file is never installed.
 //! - Download URL: the Jenkins update site layout, `<site>/download/plugins/<name>/<version>/<name>.hpi`
 //!   (what updates.jenkins.io serves and the update center generator, jenkins-infra/update-center2,
 //!   lays out; the plugin-installation-manager-tool builds the same URL from `JENKINS_UC`).
@@ -46,6 +54,9 @@ pub struct InstallOptions {
     pub sha256_file: PathBuf,
     /// The update site root (`https://updates.jenkins.io`, Varroa's update center).
     pub update_site: String,
+    /// Where the digests of plugins the lock does not list come from (the site's
+    /// `plugin-versions.json`); `None` refuses every unlocked plugin.
+    pub plugin_info: Option<String>,
     /// Where the plugins go.
     pub dest: PathBuf,
     /// The largest plugin accepted.
@@ -67,6 +78,7 @@ impl InstallOptions {
             plugins_file,
             sha256_file,
             update_site: update_site.into(),
+            plugin_info: Some(default_plugin_info(update_site)),
             dest,
             max_size: 256 << 20,
             attempts: 5,
@@ -119,11 +131,33 @@ pub enum InstallError {
         /// The sums file.
         file: PathBuf,
     },
+    /// Plugins the lock does not list, for which the update site publishes no digest either.
+    #[error("refusing to install unverified plugins: {} {} not locked (no line in {file}) and {url} publishes no SHA-256 for {}: add {} to the JenkinsVersionProfile's plugins with its sha256, or pin a version the update site publishes", plugins.join(", "), if plugins.len() == 1 { "is" } else { "are" }, if plugins.len() == 1 { "it" } else { "them" }, if plugins.len() == 1 { "it" } else { "them" })]
+    NotPublished {
+        /// `name version` of each.
+        plugins: Vec<String>,
+        /// The sums file.
+        file: PathBuf,
+        /// The plugin metadata consulted.
+        url: String,
+    },
+    /// The update site's plugin metadata could not be read.
+    #[error("reading the update site's plugin metadata {url} (for the unlocked plugins {}): {detail}", plugins.join(", "))]
+    PluginInfo {
+        /// The metadata URL.
+        url: String,
+        /// The unlocked plugins it was needed for.
+        plugins: Vec<String>,
+        /// What went wrong.
+        detail: String,
+    },
     /// The downloaded file is not the locked one.
     #[error(
-        "plugin {plugin} {version}: SHA-256 mismatch: expected {expected} (locked), got {actual} from {url}; nothing was installed"
+        "plugin {plugin} {version}: SHA-256 mismatch: expected {expected} ({source_of_expected}), got {actual} from {url}; nothing was installed"
     )]
     Mismatch {
+        /// `locked`, or the plugin metadata that published the expected digest.
+        source_of_expected: String,
         /// The plugin.
         plugin: String,
         /// Its version.
@@ -174,7 +208,8 @@ impl InstallError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             InstallError::Read { .. } | InstallError::Parse { .. } => "lock",
-            InstallError::MissingSum { .. } => "missing_sum",
+            InstallError::MissingSum { .. } | InstallError::NotPublished { .. } => "missing_sum",
+            InstallError::PluginInfo { .. } => "plugin_info",
             InstallError::Mismatch { .. } => "mismatch",
             InstallError::Download { .. } => "download",
             InstallError::TooLarge { .. } => "too_large",
@@ -246,6 +281,119 @@ pub fn download_url(site: &str, name: &str, version: &str) -> String {
     format!("{}/download/plugins/{name}/{version}/{name}.hpi", site.trim_end_matches('/'))
 }
 
+/// `<site>/current/plugin-versions.json`, where updates.jenkins.io publishes every plugin
+/// version with its digest.
+pub fn default_plugin_info(site: &str) -> String {
+    format!("{}/current/plugin-versions.json", site.trim_end_matches('/'))
+}
+
+/// The SHA-256 (lowercase hex) that `plugin-versions.json` publishes for each wanted
+/// `(name, version)` it lists: `{"plugins": {"<name>": {"<version>": {"sha256": "<base64>", ...}}}}`.
+/// Everything else in the (large) document is skipped, not kept. A digest written as 64 hex
+/// digits is accepted too.
+pub fn published_digests(json: &[u8], wanted: &[(String, String)]) -> Result<BTreeMap<String, String>, String> {
+    use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+    type Wanted = BTreeMap<String, String>;
+    struct Top<'w>(&'w Wanted);
+    struct Plugins<'w>(&'w Wanted);
+    struct Versions<'w>(&'w str);
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        sha256: Option<String>,
+    }
+    impl<'de> DeserializeSeed<'de> for Top<'_> {
+        type Value = BTreeMap<String, String>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Top<'_> {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object with \"plugins\"")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "plugins" {
+                    out = map.next_value_seed(Plugins(self.0))?;
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(out)
+        }
+    }
+    impl<'de> DeserializeSeed<'de> for Plugins<'_> {
+        type Value = BTreeMap<String, String>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Plugins<'_> {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object of plugins by name")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(name) = map.next_key::<String>()? {
+                match self.0.get(&name) {
+                    Some(version) => {
+                        if let Some(sha) = map.next_value_seed(Versions(version))? {
+                            out.insert(name, sha);
+                        }
+                    }
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+    impl<'de> DeserializeSeed<'de> for Versions<'_> {
+        type Value = Option<String>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Versions<'_> {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object of versions")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = None;
+            while let Some(version) = map.next_key::<String>()? {
+                if version == self.0 {
+                    out = map.next_value::<Entry>()?.sha256;
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(out)
+        }
+    }
+    let wanted: Wanted = wanted.iter().cloned().collect();
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let found = Top(&wanted).deserialize(&mut de).map_err(|e| format!("not plugin-versions.json: {e}"))?;
+    let mut out = BTreeMap::new();
+    for (name, sha) in found {
+        let hex = if sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()) {
+            sha.to_ascii_lowercase()
+        } else {
+            use base64::Engine as _;
+            match base64::engine::general_purpose::STANDARD.decode(sha.trim()) {
+                Ok(bytes) if bytes.len() == 32 => crate::hex(&bytes),
+                _ => return Err(format!("plugin {name}: {sha:?} is not a SHA-256 (base64 or hex)")),
+            }
+        };
+        out.insert(name, hex);
+    }
+    Ok(out)
+}
+
 /// The temporary-file prefix in the destination (hidden: Jenkins ignores it).
 const TMP_PREFIX: &str = ".varroa-download-";
 
@@ -253,11 +401,9 @@ const TMP_PREFIX: &str = ".varroa-download-";
 pub async fn install(opts: &InstallOptions) -> Result<Vec<Installed>, InstallError> {
     let read = |p: &Path| std::fs::read_to_string(p).map_err(|source| InstallError::Read { path: p.into(), source });
     let plugins = parse_plugins(&read(&opts.plugins_file)?, &opts.plugins_file)?;
-    let sums = parse_sums(&read(&opts.sha256_file)?, &opts.sha256_file)?;
-    let missing: Vec<String> = plugins.iter().filter(|(n, _)| !sums.contains_key(n)).map(|(n, _)| n.clone()).collect();
-    if !missing.is_empty() {
-        return Err(InstallError::MissingSum { plugins: missing, file: opts.sha256_file.clone() });
-    }
+    let mut sums = parse_sums(&read(&opts.sha256_file)?, &opts.sha256_file)?;
+    let unlocked: Vec<(String, String)> = plugins.iter().filter(|(n, _)| !sums.contains_key(n)).cloned().collect();
+    let mut published_in: BTreeMap<String, String> = BTreeMap::new();
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| InstallError::Io { path, source }
@@ -277,6 +423,27 @@ pub async fn install(opts: &InstallOptions) -> Result<Vec<Installed>, InstallErr
             attempts: 0,
             detail: e.to_string(),
         })?;
+    if !unlocked.is_empty() {
+        let Some(url) = &opts.plugin_info else {
+            let plugins = unlocked.into_iter().map(|(n, _)| n).collect();
+            return Err(InstallError::MissingSum { plugins, file: opts.sha256_file.clone() });
+        };
+        let published = fetch_published_digests(&http, opts, url, &unlocked).await?;
+        let not_published: Vec<String> =
+            unlocked.iter().filter(|(n, _)| !published.contains_key(n)).map(|(n, v)| format!("{n} {v}")).collect();
+        if !not_published.is_empty() {
+            return Err(InstallError::NotPublished {
+                plugins: not_published,
+                file: opts.sha256_file.clone(),
+                url: url.clone(),
+            });
+        }
+        for (name, sha) in published {
+            tracing::info!(plugin = %name, sha256 = %sha, source = %url, "not locked: verified against the digest the update site publishes");
+            sums.insert(name.clone(), sha);
+            published_in.insert(name, format!("published in {url}"));
+        }
+    }
 
     let mut staged = Vec::new();
     let mut installed = Vec::new();
@@ -284,7 +451,7 @@ pub async fn install(opts: &InstallOptions) -> Result<Vec<Installed>, InstallErr
         let expected = &sums[name];
         let target = opts.dest.join(format!("{name}.jpi"));
         if file_sha256(&target).is_some_and(|d| &d == expected) {
-            tracing::info!(plugin = %name, %version, "already in place with the locked digest");
+            tracing::info!(plugin = %name, %version, "already in place with the expected digest");
             installed.push(Installed { name: name.clone(), version: version.clone(), path: target, downloaded: false });
             continue;
         }
@@ -292,6 +459,7 @@ pub async fn install(opts: &InstallOptions) -> Result<Vec<Installed>, InstallErr
         let (tmp, actual) = download(&http, opts, name, version, &url).await?;
         if &actual != expected {
             return Err(InstallError::Mismatch {
+                source_of_expected: published_in.get(name).cloned().unwrap_or_else(|| "locked".into()),
                 plugin: name.clone(),
                 version: version.clone(),
                 url,
@@ -312,6 +480,22 @@ pub async fn install(opts: &InstallOptions) -> Result<Vec<Installed>, InstallErr
     }
     crate::apply::sync_dir(&opts.dest).map_err(io(&opts.dest))?;
     Ok(installed)
+}
+
+/// Downloads `plugin-versions.json` (bounded, retried like a plugin, into a temporary file of
+/// the destination that goes when it is read) and picks the unlocked plugins' digests.
+async fn fetch_published_digests(
+    http: &reqwest::Client,
+    opts: &InstallOptions,
+    url: &str,
+    unlocked: &[(String, String)],
+) -> Result<BTreeMap<String, String>, InstallError> {
+    let names = || unlocked.iter().map(|(n, v)| format!("{n} {v}")).collect::<Vec<_>>();
+    let failed = |detail: String| InstallError::PluginInfo { url: url.into(), plugins: names(), detail };
+    let (tmp, _) = download(http, opts, "plugin-versions.json", "", url).await.map_err(|e| failed(e.to_string()))?;
+    let json = std::fs::read(tmp.path()).map_err(|e| failed(e.to_string()))?;
+    drop(tmp);
+    published_digests(&json, unlocked).map_err(failed)
 }
 
 /// Temporary files a killed earlier run left behind.
@@ -455,6 +639,41 @@ mod tests {
         assert!(parse_plugins("git:latest\n", p).is_err());
         assert!(parse_plugins("git:1\ngit:2\n", p).unwrap_err().to_string().contains("listed twice"));
         assert!(parse_plugins("../x:1\n", p).is_err());
+    }
+
+    #[test]
+    fn published_digests_keep_the_wanted_versions_only() {
+        let hex = "ab".repeat(32);
+        // base64 of 32 bytes of 0xab.
+        let b64 = "q6urq6urq6urq6urq6urq6urq6urq6urq6urq6urq6s=";
+        let json = format!(
+            r#"{{"generationTimestamp":"x","plugins":{{
+                "git":{{"5.6.0":{{"sha256":"nope"}},"5.7.0":{{"sha256":"{b64}","dependencies":[{{"name":"a"}}]}}}},
+                "job-dsl":{{"1.90":{{"sha256":"{}"}}}},
+                "ansicolor":{{"1.0":{{"sha256":"{b64}"}}}},
+                "old":{{"1.0":{{"sha1":"only sha1"}}}}
+            }}}}"#,
+            hex.to_uppercase()
+        );
+        let wanted = |v: &[(&str, &str)]| v.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect::<Vec<_>>();
+        let got = published_digests(
+            json.as_bytes(),
+            &wanted(&[("git", "5.7.0"), ("job-dsl", "1.90"), ("old", "1.0"), ("absent", "1")]),
+        )
+        .unwrap();
+        assert_eq!(got, BTreeMap::from([("git".into(), hex.clone()), ("job-dsl".into(), hex.clone())]));
+        // A wanted version whose digest is malformed is an error naming it; others are not read.
+        let e = published_digests(json.as_bytes(), &wanted(&[("git", "5.6.0")])).unwrap_err();
+        assert!(e.contains("plugin git: \"nope\" is not a SHA-256"), "{e}");
+        assert!(
+            published_digests(b"[1,2]", &wanted(&[("git", "5.7.0")]))
+                .unwrap_err()
+                .starts_with("not plugin-versions.json")
+        );
+        assert_eq!(
+            default_plugin_info("https://updates.jenkins.io/"),
+            "https://updates.jenkins.io/current/plugin-versions.json"
+        );
     }
 
     #[test]

@@ -159,14 +159,124 @@ async fn a_digest_mismatch_exits_non_zero_naming_plugin_and_digests_and_installs
     assert!(listing(&c.dest()).is_empty(), "not even the good plugin, and no partial file: {:?}", listing(&c.dest()));
 }
 
-#[tokio::test]
-async fn a_plugin_missing_from_the_lock_is_refused_before_any_download() {
+/// plugin-versions.json as jenkins-infra/update-center2 writes it: every version of a plugin,
+/// each with its sha256 in base64 (and other fields the mite ignores).
+fn plugin_versions(entries: &[(&str, &str, &[u8])]) -> Vec<u8> {
+    use base64::Engine as _;
+    let mut plugins = serde_json::Map::new();
+    for (name, version, content) in entries {
+        let sha = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(content));
+        let versions = plugins.entry(name.to_string()).or_insert_with(|| serde_json::json!({}));
+        versions[*version] = serde_json::json!({
+            "buildDate": "Jan 01, 2025", "name": name, "requiredCore": "2.479.1", "sha1": "AAAA",
+            "sha256": sha, "url": format!("https://updates.example/download/plugins/{name}/{version}/{name}.hpi"),
+            "version": version, "dependencies": [{"name": "structs", "optional": false, "version": "1.0"}],
+        });
+    }
+    serde_json::to_vec(&serde_json::json!({"generationTimestamp": "2025-01-01T00:00:00Z", "plugins": plugins})).unwrap()
+}
+
+const PLUGIN_INFO: &str = "/current/plugin-versions.json";
+
+/// A Controller's pin the version profile does not lock (timestamper:1.28): plugins.txt lists it,
+/// plugins-sha256.txt does not.
+async fn case_with_an_unlocked_pin(served: &[u8]) -> Case {
     let c = Case::new(&[("git", "5.7.0", b"git plugin bytes")]).await;
-    std::fs::write(c.dir.path().join("plugins.txt"), "git:5.7.0\nunlocked:1.0\n").unwrap();
+    std::fs::write(c.dir.path().join("plugins.txt"), "git:5.7.0\ntimestamper:1.28\n").unwrap();
+    c.site.lock().unwrap().files.insert("/download/plugins/timestamper/1.28/timestamper.hpi".into(), served.to_vec());
+    c
+}
+
+#[tokio::test]
+async fn an_unlocked_plugin_is_verified_against_the_digest_the_update_site_publishes() {
+    let c = case_with_an_unlocked_pin(b"timestamper 1.28 bytes").await;
+    let info = plugin_versions(&[
+        ("timestamper", "1.27", b"timestamper 1.27 bytes"),
+        ("timestamper", "1.28", b"timestamper 1.28 bytes"),
+        ("git", "5.7.0", b"another git, which the lock overrides"),
+        ("ansicolor", "1.0.4", b"not wanted"),
+    ]);
+    c.site.lock().unwrap().files.insert(PLUGIN_INFO.into(), info);
+    let out = c.run().await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(listing(&c.dest()), vec!["git.jpi", "timestamper.jpi"], "no temporary file left");
+    assert_eq!(std::fs::read(c.dest().join("timestamper.jpi")).unwrap(), b"timestamper 1.28 bytes");
+    assert_eq!(c.hits().iter().filter(|h| *h == PLUGIN_INFO).count(), 1, "the metadata is read once: {:?}", c.hits());
+
+    // A tampered file of an unlocked plugin is refused like a locked one, naming where the
+    // expected digest came from; nothing is installed.
+    let c = case_with_an_unlocked_pin(b"tampered").await;
+    c.site
+        .lock()
+        .unwrap()
+        .files
+        .insert(PLUGIN_INFO.into(), plugin_versions(&[("timestamper", "1.28", b"timestamper 1.28 bytes")]));
     let out = c.run().await;
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
-    assert!(err.contains("refusing to install unverified plugins: unlocked has no SHA-256"), "{err}");
+    assert!(err.contains("plugin timestamper 1.28: SHA-256 mismatch"), "{err}");
+    assert!(
+        err.contains(&format!("expected {} (published in {}{PLUGIN_INFO})", sha(b"timestamper 1.28 bytes"), c.url)),
+        "{err}"
+    );
+    assert!(listing(&c.dest()).is_empty(), "{:?}", listing(&c.dest()));
+}
+
+#[tokio::test]
+async fn a_plugin_neither_locked_nor_published_is_refused_before_any_download() {
+    let c = case_with_an_unlocked_pin(b"timestamper 1.28 bytes").await;
+    c.site
+        .lock()
+        .unwrap()
+        .files
+        .insert(PLUGIN_INFO.into(), plugin_versions(&[("timestamper", "1.27", b"an older one")]));
+    let out = c.run().await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("refusing to install unverified plugins: timestamper 1.28 is not locked")
+            && err
+                .contains("publishes no SHA-256 for it: add it to the JenkinsVersionProfile's plugins with its sha256"),
+        "{err}"
+    );
+    assert_eq!(c.hits(), vec![PLUGIN_INFO.to_string()], "nothing but the metadata was downloaded");
+    assert!(listing(&c.dest()).is_empty());
+
+    // Metadata the site does not have is an error naming it (a 404 is not retried).
+    let c = case_with_an_unlocked_pin(b"timestamper 1.28 bytes").await;
+    let out = c.run().await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "reading the update site's plugin metadata {}{PLUGIN_INFO} (for the unlocked plugins timestamper 1.28)",
+            c.url
+        )),
+        "{err}"
+    );
+    assert!(err.contains("404"), "{err}");
+    assert!(listing(&c.dest()).is_empty());
+}
+
+#[tokio::test]
+async fn with_plugin_info_none_every_unlocked_plugin_is_refused() {
+    let c = case_with_an_unlocked_pin(b"timestamper 1.28 bytes").await;
+    let p = |f: &str| c.dir.path().join(f);
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_varroa-mite"))
+        .arg("install-plugins")
+        .arg("--plugins")
+        .arg(p("plugins.txt"))
+        .arg("--sha256")
+        .arg(p("plugins-sha256.txt"))
+        .args(["--update-site", &c.url, "--plugin-info", "none"])
+        .arg("--dest")
+        .arg(c.dest())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("refusing to install unverified plugins: timestamper has no SHA-256"), "{err}");
     assert!(c.hits().is_empty(), "nothing downloaded");
     assert!(listing(&c.dest()).is_empty());
 }
