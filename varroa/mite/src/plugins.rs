@@ -153,18 +153,17 @@ pub enum InstallError {
     },
     /// The downloaded file is not the locked one.
     #[error(
-        "plugin {plugin} {version}: SHA-256 mismatch: expected {expected} ({source_of_expected}), got {actual} from {url}; nothing was installed"
+        "plugin {plugin} {version}: SHA-256 mismatch: expected {expected}, got {actual} from {url}; nothing was installed"
     )]
     Mismatch {
-        /// `locked`, or the plugin metadata that published the expected digest.
-        source_of_expected: String,
         /// The plugin.
         plugin: String,
         /// Its version.
         version: String,
         /// Where it came from.
         url: String,
-        /// The locked digest.
+        /// The expected digest and where it came from: `<hex> (locked)`, or `<hex> (published
+        /// in <plugin metadata URL>)`.
         expected: String,
         /// The digest of what was downloaded.
         actual: String,
@@ -459,11 +458,10 @@ pub async fn install(opts: &InstallOptions) -> Result<Vec<Installed>, InstallErr
         let (tmp, actual) = download(&http, opts, name, version, &url).await?;
         if &actual != expected {
             return Err(InstallError::Mismatch {
-                source_of_expected: published_in.get(name).cloned().unwrap_or_else(|| "locked".into()),
                 plugin: name.clone(),
                 version: version.clone(),
                 url,
-                expected: expected.clone(),
+                expected: format!("{expected} ({})", published_in.get(name).map_or("locked", String::as_str)),
                 actual,
             });
         }
