@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # `make demo`: start devcluster, install Vesper (CRD, RBAC), run its operator with a preview
 # domain, create two previews, show them Ready with their URLs; install Varroa (CRDs, RBAC, a
-# gateway CA), run its operator, bring up two Jenkins controllers and show them; keep running
-# until Ctrl-C. Everything it starts is stopped when it exits.
+# gateway CA), start its control link (NATS with JetStream, the gateway) and its operator, bring
+# up two Jenkins controllers and show them Connected through their mites; keep running until
+# Ctrl-C. Everything it starts is stopped when it exits.
+#
+# No Jenkins can run here: devcluster's process runtime runs each Jenkins pod's containers as
+# local processes, the `jenkins` container as the Jenkins double (varroa-jenkins-double, the
+# Jenkins HTTP API the mite uses) and plugins-init, casc-init and the mite as the real
+# varroa-mite. Plugins come from the double's stand-in update site.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEMO_DIR=${DEMO_DIR:-.demo}
@@ -11,7 +17,7 @@ DEMO_DIR=$(cd "$DEMO_DIR" && pwd)
 # The workspace's binaries, wherever cargo puts them (CARGO_TARGET_DIR, build.target-dir).
 TARGET_DIR=$("${CARGO:-cargo}" metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 BIN="$TARGET_DIR/debug"
-for b in devcluster vesper-operator vesperctl varroa-operator varroa; do
+for b in devcluster vesper-operator vesperctl varroa-operator varroa varroa-gateway varroa-mite varroa-jenkins-double; do
   if [ ! -x "$BIN/$b" ]; then
     echo "$BIN/$b is missing: run \`make demo\` (it builds them) or \`cargo build --workspace --bins\`" >&2
     exit 1
@@ -28,6 +34,12 @@ elif (exec 3<>"/dev/tcp/${DEFAULT_LISTEN%:*}/${DEFAULT_LISTEN##*:}") 2>/dev/null
 else
   LISTEN=$DEFAULT_LISTEN
 fi
+# A current nats-server with JetStream (Debian's 2.9 is too old): `make deps` installs one.
+NATS_SERVER=${VARROA_NATS_SERVER:-$PWD/.tools/bin/nats-server}
+if [ ! -x "$NATS_SERVER" ]; then
+  echo "$NATS_SERVER is missing: run \`make deps\` (it installs nats-server into .tools/bin) or set VARROA_NATS_SERVER" >&2
+  exit 1
+fi
 DOMAIN=${VESPER_PREVIEW_DOMAIN:-preview.example.com}
 export KUBECONFIG="$DEMO_DIR/kubeconfig"
 rm -f "$KUBECONFIG" "$DEMO_DIR/pids"
@@ -40,8 +52,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# The Jenkins pods' images run as local processes (devcluster's process runtime); the previews'
+# images stay simulated.
 "$BIN"/devcluster serve --listen "$LISTEN" --kubeconfig "$KUBECONFIG" --nodes 3 \
-  --fault 'registry.example.com/shop:broken=crash-loop:1' >"$DEMO_DIR/devcluster.log" 2>&1 &
+  --fault 'registry.example.com/shop:broken=crash-loop:1' \
+  --run "jenkins/jenkins*=$BIN/varroa-jenkins-double" --run "ghcr.io/eventide/varroa-mite*=$BIN/varroa-mite" \
+  >"$DEMO_DIR/devcluster.log" 2>&1 &
 pids+=($!)
 echo "$!" >>"$DEMO_DIR/pids"
 for _ in $(seq 1 100); do
@@ -96,7 +112,59 @@ echo "== Installing Varroa: its CRDs, the operator's RBAC and a gateway CA (varr
 kubectl apply -f deploy/varroa/crds.yaml >/dev/null
 kubectl wait --for=condition=Established crd -l '' --all --timeout=30s >/dev/null
 kubectl apply -f deploy/varroa/rbac.yaml
-"$BIN"/varroa-operator gateway-ca | kubectl apply -f -
+# The gateway runs outside the cluster here, on loopback, so its certificate also names 127.0.0.1.
+"$BIN"/varroa-operator gateway-ca --gateway-tls-extra-name 127.0.0.1 | kubectl apply -f -
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+wait_port() { # PORT WHAT LOG
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "$2 did not start; see $3:" >&2
+  tail -n 20 "$3" >&2
+  exit 1
+}
+
+echo
+echo "== Starting Varroa's control link: NATS with JetStream, and the gateway the mites dial"
+NATS_PORT=$(free_port)
+mkdir -p "$DEMO_DIR/nats"
+"$NATS_SERVER" -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$DEMO_DIR/nats" >"$DEMO_DIR/nats.log" 2>&1 &
+pids+=($!)
+echo "$!" >>"$DEMO_DIR/pids"
+wait_port "$NATS_PORT" nats-server "$DEMO_DIR/nats.log"
+NATS_URL="nats://127.0.0.1:$NATS_PORT"
+GW_DIR="$DEMO_DIR/gateway"
+mkdir -p "$GW_DIR"
+for key in tls.crt tls.key ca.crt; do
+  kubectl get secret varroa-gateway-tls -n varroa-system -o "jsonpath={.data.${key//./\\.}}" | base64 -d >"$GW_DIR/$key"
+done
+chmod 600 "$GW_DIR/tls.key"
+GW_PORT=$(free_port)
+"$BIN"/varroa-gateway --listen "127.0.0.1:$GW_PORT" --health-listen 127.0.0.1:0 \
+  --tls-cert "$GW_DIR/tls.crt" --tls-key "$GW_DIR/tls.key" --tls-ca "$GW_DIR/ca.crt" \
+  --nats-url "$NATS_URL" --cluster demo --replica demo-0 >"$DEMO_DIR/gateway.log" 2>&1 &
+pids+=($!)
+echo "$!" >>"$DEMO_DIR/pids"
+wait_port "$GW_PORT" varroa-gateway "$DEMO_DIR/gateway.log"
+echo "   nats-server at $NATS_URL, varroa-gateway at 127.0.0.1:$GW_PORT"
+
+echo
+echo "== Starting a stand-in Jenkins update site (stand-in plugin files and their digests)"
+rm -f "$DEMO_DIR/update-site.url"
+"$BIN"/varroa-jenkins-double update-site --plugins-from docs/varroa/examples \
+  --url-file "$DEMO_DIR/update-site.url" >"$DEMO_DIR/update-site.log" 2>&1 &
+pids+=($!)
+echo "$!" >>"$DEMO_DIR/pids"
+for _ in $(seq 1 100); do
+  [ -s "$DEMO_DIR/update-site.url" ] && break
+  sleep 0.1
+done
+UPDATE_SITE=$(cat "$DEMO_DIR/update-site.url")
+echo "   $UPDATE_SITE"
 
 echo
 echo "== Starting varroa-operator (as its ServiceAccount)"
@@ -104,24 +172,30 @@ VARROA_TOKEN=$("$BIN"/devcluster token varroa-system/varroa-operator --kubeconfi
 VARROA_KUBECONFIG="$DEMO_DIR/varroa-operator.kubeconfig"
 sed "s|token: .*|token: $VARROA_TOKEN|" "$KUBECONFIG" >"$VARROA_KUBECONFIG"
 KUBECONFIG="$VARROA_KUBECONFIG" "$BIN"/varroa-operator --health-addr 127.0.0.1:0 \
+  --nats-url "$NATS_URL" --gateway-endpoint "127.0.0.1:$GW_PORT" --default-update-site "$UPDATE_SITE" \
   >"$DEMO_DIR/varroa-operator.log" 2>&1 &
 pids+=($!)
 echo "$!" >>"$DEMO_DIR/pids"
 
 echo
 echo "== Two Jenkins controllers from the example configuration (docs/varroa/examples)"
-kubectl apply -f docs/varroa/examples/
-if ! kubectl wait --for=jsonpath='{.status.phase}'=Running controllers.varroa.dev/team-a \
-  controllers.varroa.dev/sandbox -n team-a --timeout=120s; then
-  echo "the controllers did not reach Running; see $DEMO_DIR/varroa-operator.log:" >&2
+echo "   (the version profile's lock relocked to the stand-in plugin files: varroa-jenkins-double relock)"
+"$BIN"/varroa-jenkins-double relock docs/varroa/examples/00-version-profile.yaml | kubectl apply -f -
+for f in docs/varroa/examples/*.yaml; do
+  [ "$f" = docs/varroa/examples/00-version-profile.yaml ] || kubectl apply -f "$f"
+done
+if ! kubectl wait --for=jsonpath='{.status.phase}'=Connected controllers.varroa.dev/team-a \
+  controllers.varroa.dev/sandbox -n team-a --timeout=180s; then
+  echo "the controllers did not reach Connected; see $DEMO_DIR/varroa-operator.log, $DEMO_DIR/gateway.log" >&2
+  echo "and \`kubectl logs -n team-a team-a-0 -c mite\`:" >&2
   tail -n 40 "$DEMO_DIR/varroa-operator.log" >&2
+  kubectl get pods -n team-a >&2 || true
   exit 1
 fi
 echo
 VARROA="$BIN/varroa"
 "$VARROA" get controllers -A
-echo "   (they stop at Running: the mite sidecar streams to Varroa's gateway, which is not built"
-echo "    yet, so none reaches Connected)"
+echo "   (Connected: each mite streams to the gateway; the Jenkins container is the Jenkins double)"
 echo
 echo "== Where team-a's settings came from (varroa-operator render, an excerpt)"
 "$BIN"/varroa-operator render -f docs/varroa/examples --controller team-a/team-a |
@@ -143,6 +217,7 @@ echo "  varroa describe controller team-a -n team-a     # status, conditions, se
 echo "  varroa stop sandbox -n team-a --wait            # scaled to zero (volume and configuration stay);"
 echo "  varroa start sandbox -n team-a --wait           # and back"
 echo "  varroa-operator render -f docs/varroa/examples  # the resolved configuration, without a cluster"
+echo "  kubectl logs -n team-a sandbox-0 -c mite        # the mite: its stream, what it applied"
 if [ "${DEMO_EXIT_AFTER_SETUP:-}" = "1" ]; then
   exit 0
 fi

@@ -60,10 +60,17 @@
 //! | `POST /__double/refuse?seconds=n` | closes the listener for n seconds |
 //! | `POST /__double/drift` | YAML body, deep-merged into the live configuration |
 //! | `POST /__double/jenkins` | JSON `{"version", "queueLength", "busyExecutors", "quietingDown", "plugins": [{"shortName","version"}]}` (each optional) |
+//!
+//! # A stand-in update site
+//!
+//! [`update_site`] (`varroa-jenkins-double update-site`) serves what `plugins-init` downloads:
+//! stand-in plugin files the double reads as plugins, and `plugin-versions.json` with their
+//! digests; `varroa-jenkins-double relock` rewrites a version profile's lock to those digests.
 
 mod casc;
 mod plugins;
 mod server;
+pub mod update_site;
 
 pub use casc::{CORE_ROOTS, CascError, PLUGIN_ROOTS};
 pub use plugins::{Plugin, scan_dir as scan_plugins_dir};

@@ -9,9 +9,44 @@ use std::path::PathBuf;
 use varroa_jenkins_double::{JenkinsDouble, Options};
 
 /// A stand-in for Jenkins: the HTTP endpoints the mite uses, with Jenkins' status codes,
-/// headers and payloads, plus fault switches under /__double/.
+/// headers and payloads, plus fault switches under /__double/. Without a subcommand it serves
+/// Jenkins.
 #[derive(Parser, Debug)]
-#[command(name = "varroa-jenkins-double", version)]
+#[command(name = "varroa-jenkins-double", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    jenkins: Args,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Serve a stand-in Jenkins update site: stand-in plugin files for any name and version under
+    /// /download/plugins/, and /current/plugin-versions.json with their digests for the plugins
+    /// named in --plugins-from.
+    UpdateSite {
+        /// Address to listen on (port 0 picks a free one; the URL is printed and written to
+        /// --url-file).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// YAML files or directories whose plugin lists (`plugins: [{name, version}]`) the
+        /// plugin-versions.json publishes.
+        #[arg(long = "plugins-from")]
+        plugins_from: Vec<PathBuf>,
+        /// Write the site's URL here once it listens.
+        #[arg(long)]
+        url_file: Option<PathBuf>,
+    },
+    /// Print a YAML file with every plugin digest (`sha256` of a `plugins` list item) replaced by
+    /// the stand-in file's that `update-site` serves.
+    Relock {
+        /// The YAML file (a JenkinsVersionProfile, say).
+        file: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Debug)]
 struct Args {
     /// Address to listen on (Jenkins' HTTP port in the pod is 8080). Default: `$POD_IP:8080`
     /// when the pod's IP is given (the operator's StatefulSet sets `POD_IP` from the downward
@@ -55,7 +90,20 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
-    let args = Args::parse();
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::UpdateSite { listen, plugins_from, url_file }) => {
+            return update_site(listen, plugins_from, url_file).await;
+        }
+        Some(Command::Relock { file }) => {
+            let text =
+                std::fs::read_to_string(&file).map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+            print!("{}", varroa_jenkins_double::update_site::relock(&text, &file)?);
+            return Ok(());
+        }
+        None => {}
+    }
+    let args = cli.jenkins;
     let password = match &args.password_file {
         Some(p) => Some(
             std::fs::read_to_string(p)
@@ -86,6 +134,25 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(url = %double.url(), "Jenkins double is up");
     tokio::select! {
         _ = double_wait(double) => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = sigterm() => {}
+    }
+    Ok(())
+}
+
+async fn update_site(listen: SocketAddr, plugins_from: Vec<PathBuf>, url_file: Option<PathBuf>) -> anyhow::Result<()> {
+    use varroa_jenkins_double::update_site::{UpdateSite, plugins_in};
+    let plugins = plugins_in(&plugins_from)?;
+    let site = UpdateSite::start(listen, plugins.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("listening on --listen {listen}: {e}"))?;
+    if let Some(f) = &url_file {
+        std::fs::write(f, site.url()).map_err(|e| anyhow::anyhow!("writing --url-file {}: {e}", f.display()))?;
+    }
+    println!("{}", site.url());
+    tracing::info!(url = %site.url(), published = plugins.len(), "stand-in update site is up");
+    tokio::select! {
+        _ = site.wait() => {}
         _ = tokio::signal::ctrl_c() => {}
         _ = sigterm() => {}
     }

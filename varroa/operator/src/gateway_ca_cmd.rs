@@ -44,6 +44,10 @@ pub struct GatewayCaArgs {
     /// How long the gateway's serving certificate is valid.
     #[arg(long, default_value = "365d", value_parser = parse_duration)]
     pub gateway_tls_validity: Duration,
+    /// More names (DNS names or IP addresses) for the serving certificate, repeatable: the
+    /// address of a gateway run outside the cluster (`127.0.0.1`, as `make demo` runs it).
+    #[arg(long = "gateway-tls-extra-name", value_name = "NAME")]
+    pub gateway_tls_extra_names: Vec<String>,
 }
 
 /// Why no manifest could be produced.
@@ -88,8 +92,9 @@ pub fn gateway_tls_secret(
     now: std::time::SystemTime,
 ) -> Result<Secret, GatewayCaError> {
     let (svc, ns) = (&args.gateway_service, &args.namespace);
-    let names =
+    let mut names =
         vec![svc.clone(), format!("{svc}.{ns}"), format!("{svc}.{ns}.svc"), format!("{svc}.{ns}.svc.cluster.local")];
+    names.extend(args.gateway_tls_extra_names.iter().cloned());
     let issued = ca.issue_server(&names, args.gateway_tls_validity, now)?;
     let mut s = secret(ca, ns, &args.gateway_tls_secret);
     s.data = Some(BTreeMap::from([

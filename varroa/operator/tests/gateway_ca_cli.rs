@@ -110,6 +110,19 @@ fn the_gateway_serving_certificate_verifies_for_its_service_names_against_the_ca
     }
     let other = rustls::pki_types::ServerName::try_from("evil.example.com").expect("a name");
     assert!(verifier.verify_server_cert(&leaf, &[], &other, &[], now).is_err(), "only the Service's names");
+    let loopback = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("an address");
+    assert!(verifier.verify_server_cert(&leaf, &[], &loopback, &[], now).is_err(), "no address unless asked");
+    // --gateway-tls-extra-name: a gateway outside the cluster (the demo's) is reached by address.
+    let all = secrets(&run(&["--gateway-tls-extra-name", "127.0.0.1", "--gateway-tls-extra-name", "gw.example.com"]));
+    let ca = ca_of(&all[0]);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(der(ca.cert_pem().as_bytes())).expect("the CA is a root");
+    let verifier = rustls::client::WebPkiServerVerifier::builder(std::sync::Arc::new(roots)).build().expect("verifier");
+    let leaf = der(&all[1].data.clone().expect("data")["tls.crt"].0);
+    for name in ["127.0.0.1", "gw.example.com", "varroa-gateway.varroa-system.svc"] {
+        let server = rustls::pki_types::ServerName::try_from(name).expect("a name");
+        verifier.verify_server_cert(&leaf, &[], &server, &[], now).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
     // --gateway-tls-secret none: the CA alone.
     assert_eq!(secrets(&run(&["--gateway-tls-secret", "none"])).len(), 1);
 }

@@ -3,8 +3,8 @@
 //! real `varroa-jenkins-double` binary, `plugins-init` and `casc-init` and the `mite` sidecar are
 //! the real `varroa-mite` binary; a real nats-server (JetStream), the real gateway (in-process,
 //! mutual TLS with a server certificate from the gateway CA the operator issues mite
-//! certificates from) and the operator with its real `KvLink`. The test serves the update site
-//! plugins-init downloads from, with a version profile whose SHA-256 lock matches its files.
+//! certificates from) and the operator with its real `KvLink`. The Jenkins double's stand-in update
+//! site is what plugins-init downloads from, with a version profile whose lock matches its files.
 //!
 //! What it checks is what a user checks: both Controllers (one with two cells) `Connected`; a
 //! JCasC change live in Jenkins (the double's admin endpoint on the pod IP) with the new digest in
@@ -17,15 +17,10 @@
 
 mod support;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::{Value, json};
-use sha2::{Digest as _, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -33,6 +28,7 @@ use support::{Env, TEAM, WAIT, condition, config, phase_of};
 use varroa_api::ControllerPhase;
 use varroa_api::lifecycle::condition as cond;
 use varroa_gateway::{GatewayConfig, GatewayOptions, RunningGateway, TlsFiles};
+use varroa_jenkins_double::update_site::{self, UpdateSite};
 use varroa_link::kv::{self, DesiredEntry};
 use varroa_link::nats::ConnectSettings;
 use varroa_link::testing::NatsServer;
@@ -66,48 +62,8 @@ fn bins() -> &'static Bins {
     })
 }
 
-/// A plugin file the double reads as a plain-text manifest.
-fn plugin_file(name: &str, version: &str) -> String {
-    format!("Manifest-Version: 1.0\nShort-Name: {name}\nLong-Name: {name} (e2e)\nPlugin-Version: {version}\n")
-}
-
-fn sha256_hex(s: &str) -> String {
-    Sha256::digest(s.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// An update site in the Jenkins layout (`/download/plugins/<name>/<version>/<name>.hpi`) serving
-/// [`plugin_file`] for any name and version. Returns its root URL.
-async fn update_site() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the update site");
-    let addr = listener.local_addr().expect("address");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                    let parts: Vec<&str> = req.uri().path().trim_start_matches('/').split('/').collect();
-                    let rsp = match parts.as_slice() {
-                        ["download", "plugins", name, version, file] if *file == format!("{name}.hpi") => {
-                            Response::new(Full::new(Bytes::from(plugin_file(name, version))))
-                        }
-                        _ => {
-                            let mut r = Response::new(Full::new(Bytes::from_static(b"not found")));
-                            *r.status_mut() = StatusCode::NOT_FOUND;
-                            r
-                        }
-                    };
-                    Ok::<_, std::convert::Infallible>(rsp)
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    format!("http://{addr}")
-}
-
-/// The `lts` profile (the test world's default) with a lock that matches [`update_site`]'s files.
+/// The `lts` profile (the test world's default) with a lock that matches the stand-in update
+/// site's files.
 fn profile(git_version: &str) -> String {
     let plugins = [
         ("configuration-as-code", "1909.vb_b_f59a_27d013"),
@@ -121,7 +77,7 @@ fn profile(git_version: &str) -> String {
         "apiVersion: varroa.dev/v1alpha1\nkind: JenkinsVersionProfile\nmetadata: {name: lts}\nspec:\n  jenkinsVersion: \"2.479.3\"\n  image: jenkins/jenkins:2.479.3-lts-jdk17\n  plugins:\n",
     );
     for (name, version) in plugins {
-        let sha = sha256_hex(&plugin_file(name, version));
+        let sha = update_site::plugin_sha256(name, version);
         y.push_str(&format!("  - {{name: {name}, version: \"{version}\", sha256: \"{sha}\"}}\n"));
     }
     y
@@ -198,7 +154,9 @@ where
 async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let bins = bins();
-    let site = update_site().await;
+    let site = UpdateSite::start("127.0.0.1:0".parse().expect("an address"), Default::default())
+        .await
+        .expect("the stand-in update site starts");
     let options = devcluster::Options {
         run: vec![
             devcluster::runtime::RunRule::new(JENKINS, &bins.double),
@@ -229,7 +187,7 @@ async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
     .expect("the operator's link starts");
     let mut cfg = config();
     cfg.gateway_endpoint = gw.grpc_addr.to_string();
-    cfg.default_update_site = site.clone();
+    cfg.default_update_site = site.url();
     cfg.mite_heartbeat_timeout = Duration::from_secs(15);
     env.start_operator_with(cfg, link);
 

@@ -1,5 +1,6 @@
 //! `make demo`, in its short mode: the previews reach Ready, Varroa's two controllers reach
-//! Running, and nothing it started is left running afterwards.
+//! Connected through their real mites (devcluster's process runtime runs the Jenkins pods, with
+//! NATS and the gateway beside them), and nothing it started is left running afterwards.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,12 +17,21 @@ fn running(pid: &str) -> bool {
 }
 
 #[test]
-fn demo_brings_previews_to_ready_and_controllers_to_running_and_cleans_up() {
+fn demo_brings_previews_to_ready_and_controllers_to_connected_and_cleans_up() {
     // The demo runs the workspace's binaries, from the workspace's test build (the one
     // `make test` made: fresh, this builds nothing).
     let bins = opkit::testing::workspace_bins(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
-        &["devcluster", "vesper-operator", "vesperctl", "varroa-operator", "varroa"],
+        &[
+            "devcluster",
+            "vesper-operator",
+            "vesperctl",
+            "varroa-operator",
+            "varroa",
+            "varroa-gateway",
+            "varroa-mite",
+            "varroa-jenkins-double",
+        ],
     );
     let dir = tempfile::tempdir().expect("tempdir");
     // The binaries are found through CARGO_TARGET_DIR (here a link to this build's target
@@ -74,13 +84,17 @@ fn demo_brings_previews_to_ready_and_controllers_to_running_and_cleans_up() {
             .find(|l| l.split_whitespace().take(2).eq(["team-a", name]))
             .unwrap_or_else(|| panic!("controller team-a/{name} not listed:\n{varroa}"));
         let phase = row.get(at..).and_then(|r| r.split_whitespace().next());
-        assert_eq!(phase, Some("Running"), "team-a/{name}: {row}");
+        assert_eq!(phase, Some("Connected"), "team-a/{name}: {row}");
     }
     assert!(varroa.contains("storage.size"), "the render excerpt is missing:\n{varroa}");
     // Everything it started (it records each pid) is gone.
     let pids = std::fs::read_to_string(demo_dir.join("pids")).expect("the demo records the pids it starts");
     let pids: Vec<&str> = pids.split_whitespace().collect();
-    assert_eq!(pids.len(), 3, "devcluster, vesper-operator and varroa-operator: {pids:?}");
+    assert_eq!(
+        pids.len(),
+        6,
+        "devcluster, vesper-operator, nats-server, varroa-gateway, the update site and varroa-operator: {pids:?}"
+    );
     for pid in pids {
         assert!(!running(pid), "process {pid} started by the demo still runs");
     }
