@@ -240,3 +240,79 @@ async fn the_operator_recovers_from_a_nats_restart_by_itself() {
     })
     .await;
 }
+
+/// The operator's NATS password is rotated (in NATS first, then in its credentials file, as a
+/// platform team rotates a Secret): the operator recovers by itself, without a restart. It reads
+/// what the gateway writes after the rotation and writes the desired configuration again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_picks_up_a_rotated_nats_password_from_its_file() {
+    let mut nats = NatsServer::start_with_auth("varroa", "first-password").expect("nats-server starts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let creds = dir.path().join("credentials");
+    NatsServer::write_credentials(&creds, "varroa", "first-password").expect("write credentials");
+    let link = KvLink::start(LinkSettings {
+        nats: varroa_link::nats::ConnectSettings {
+            url: nats.url(),
+            credentials_file: Some(creds.clone()),
+            name: "varroa-operator/test".into(),
+            max_reconnect_delay: Duration::from_millis(500),
+        },
+        heartbeat_timeout: Duration::from_secs(30),
+        replicas: 1,
+    })
+    .await
+    .expect("the link starts");
+    // The test's own hands, with whatever password NATS has now.
+    let nats_url = nats.url();
+    let buckets_as = |password: &'static str| {
+        let url = nats_url.clone();
+        async move {
+            let client = async_nats::ConnectOptions::with_user_and_password("varroa".into(), password.into())
+                .connect(url)
+                .await
+                .expect("connect to NATS");
+            let js = async_nats::jetstream::new(client);
+            (
+                kv::open_mites(&js, 1).await.expect("mites bucket"),
+                kv::open_desired(&js, 1).await.expect("desired bucket"),
+            )
+        }
+    };
+    let mut env = Env::cluster().await;
+    env.start_operator_with(config(), link);
+    env.create("ci", json!({})).await;
+    let (mites, desired) = buckets_as("first-password").await;
+    wait_desired(&desired, "team-a.ci", "the desired entry is written", |e| e.is_some()).await;
+    mites.put("team-a.ci.0", kv::encode(&hello())).await.expect("put");
+    env.wait_phase("ci", ControllerPhase::Connected).await;
+
+    // Rotated in NATS: the operator's connection is dropped and its retries are refused ...
+    nats.set_password("second-password").expect("rotate in NATS");
+    // ... until its file has the new password; the next reconnect reads it.
+    NatsServer::write_credentials(&creds, "varroa", "second-password").expect("rotate the file");
+    let (mites, desired) = buckets_as("second-password").await;
+    let applied = MiteEntry {
+        last_apply_result: Some(ApplyResultRecord {
+            digest: "sha256:after-rotation".into(),
+            succeeded: true,
+            finished_at: Some(jiff::Timestamp::now()),
+            ..Default::default()
+        }),
+        ..hello()
+    };
+    mites.put("team-a.ci.0", kv::encode(&applied)).await.expect("put");
+    env.wait("ci", "the apply result written after the rotation", |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.last_apply_result.as_ref())
+            .is_some_and(|r| r.digest == "sha256:after-rotation")
+    })
+    .await;
+    desired.delete("team-a.ci").await.expect("delete");
+    env.apply("apiVersion: varroa.dev/v1alpha1\nkind: CatalogItem\nmetadata: {name: msg, namespace: team-a}\nspec: {casc: {jenkins: {systemMessage: rotated}}}\n---\napiVersion: varroa.dev/v1alpha1\nkind: ComposedBundle\nmetadata: {name: b, namespace: team-a}\nspec: {inputs: [{catalogItem: {name: varroa-starter}}, {catalogItem: {name: msg}}]}\n").await;
+    env.patch_spec("ci", json!({"composedBundleRef": {"name": "b"}})).await;
+    wait_desired(&desired, "team-a.ci", "the desired entry is written with the new password", |e| {
+        e.is_some_and(|e| e.files.get("jenkins.yaml").is_some_and(|y| y.contains("systemMessage: rotated")))
+    })
+    .await;
+}

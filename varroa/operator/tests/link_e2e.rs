@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
-use support::{Env, TEAM, WAIT, condition, config, phase_of};
+use support::{Env, TEAM, WAIT, attention_of, condition, config, phase_of};
 use varroa_api::ControllerPhase;
 use varroa_api::lifecycle::condition as cond;
 use varroa_gateway::{GatewayConfig, GatewayOptions, RunningGateway, TlsFiles};
@@ -46,19 +46,25 @@ struct Bins {
     mite: PathBuf,
     double: PathBuf,
     varroa: PathBuf,
+    gateway: PathBuf,
 }
 
-/// `varroa-mite`, `varroa-jenkins-double` and `varroa` (the CLI), as the workspace's test build
+/// `varroa-mite`, `varroa-jenkins-double`, `varroa` (the CLI) and `varroa-gateway`, as the workspace's test build
 /// makes them ([`opkit::testing::workspace_bins`]), once per test process.
 fn bins() -> &'static Bins {
     static BINS: OnceLock<Bins> = OnceLock::new();
     BINS.get_or_init(|| {
         let mut bins = opkit::testing::workspace_bins(
             Path::new(env!("CARGO_MANIFEST_DIR")),
-            &["varroa-mite", "varroa-jenkins-double", "varroa"],
+            &["varroa-mite", "varroa-jenkins-double", "varroa", "varroa-gateway"],
         );
         let mut take = |name: &str| bins.remove(name).expect("workspace_bins returns every name");
-        Bins { mite: take("varroa-mite"), double: take("varroa-jenkins-double"), varroa: take("varroa") }
+        Bins {
+            mite: take("varroa-mite"),
+            double: take("varroa-jenkins-double"),
+            varroa: take("varroa"),
+            gateway: take("varroa-gateway"),
+        }
     })
 }
 
@@ -150,8 +156,17 @@ where
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
+/// What both tests run on: devcluster with its process runtime, the gateway CA, the test
+/// profile with a lock matching the stand-in update site, a nats-server.
+struct World {
+    env: Env,
+    ca: varroa_pki::CertificateAuthority,
+    nats: NatsServer,
+    site: UpdateSite,
+    dir: tempfile::TempDir,
+}
+
+async fn world() -> World {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let bins = bins();
     let site = UpdateSite::start("127.0.0.1:0".parse().expect("an address"), Default::default())
@@ -165,31 +180,56 @@ async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
         ],
         ..Default::default()
     };
-    let mut env = Env::cluster_with(options).await;
+    let env = Env::cluster_with(options).await;
     // The CA the operator issues mite certificates from, and the gateway trusts.
     let ca = support::install_gateway_ca(&env.admin, "e2e gateway CA").await;
     env.apply(&profile("5.7.0")).await;
     let nats = NatsServer::start().expect("nats-server starts (make deps installs it)");
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let gw = gateway(&ca, &nats, dir.path()).await;
+    World { env, ca, nats, site, dir }
+}
 
-    let link = KvLink::start(LinkSettings {
-        nats: ConnectSettings {
-            url: nats.url(),
-            credentials_file: None,
-            name: "varroa-operator/e2e".into(),
-            max_reconnect_delay: Duration::from_millis(500),
-        },
-        heartbeat_timeout: Duration::from_secs(15),
-        replicas: 1,
-    })
-    .await
-    .expect("the operator's link starts");
-    let mut cfg = config();
-    cfg.gateway_endpoint = gw.grpc_addr.to_string();
-    cfg.default_update_site = site.url();
-    cfg.mite_heartbeat_timeout = Duration::from_secs(15);
-    env.start_operator_with(cfg, link);
+impl World {
+    /// Starts the operator on the control link, its mites dialling `gateway`, a mite silent for
+    /// `heartbeat_timeout` counting as lost.
+    async fn start_operator(&mut self, gateway: &str, heartbeat_timeout: Duration) {
+        let link = KvLink::start(LinkSettings {
+            nats: ConnectSettings {
+                url: self.nats.url(),
+                credentials_file: None,
+                name: "varroa-operator/e2e".into(),
+                max_reconnect_delay: Duration::from_millis(500),
+            },
+            heartbeat_timeout,
+            replicas: 1,
+        })
+        .await
+        .expect("the operator's link starts");
+        let mut cfg = config();
+        cfg.gateway_endpoint = gateway.to_string();
+        cfg.default_update_site = self.site.url();
+        cfg.mite_heartbeat_timeout = heartbeat_timeout;
+        self.env.start_operator_with(cfg, link);
+    }
+
+    /// The mites' and the desired configurations' buckets, as a reader sees them.
+    async fn buckets(&self) -> (async_nats::jetstream::kv::Store, async_nats::jetstream::kv::Store) {
+        let client = async_nats::connect(self.nats.url()).await.expect("connect to NATS");
+        let js = async_nats::jetstream::new(client);
+        (
+            kv::open_mites(&js, 1).await.expect("the mites bucket"),
+            kv::open_desired(&js, 1).await.expect("the desired bucket"),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
+    let bins = bins();
+    let mut w = world().await;
+    let gw = gateway(&w.ca, &w.nats, w.dir.path()).await;
+    w.start_operator(&gw.grpc_addr.to_string(), Duration::from_secs(15)).await;
+    let env = &w.env;
 
     env.apply(
         "apiVersion: varroa.dev/v1alpha1\nkind: CatalogItem\nmetadata: {name: msg, namespace: team-a}\nspec: {casc: {jenkins: {systemMessage: one}}}\n---\napiVersion: varroa.dev/v1alpha1\nkind: ComposedBundle\nmetadata: {name: b, namespace: team-a}\nspec: {inputs: [{catalogItem: {name: varroa-starter}}, {catalogItem: {name: msg}}]}\n",
@@ -202,10 +242,7 @@ async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
     let ci = env.wait_phase("ci", ControllerPhase::Connected).await;
     assert_eq!(condition(&ci, cond::MITE_CONNECTED).map(|c| c.status.as_str()), Some("True"));
     env.wait_phase("cells", ControllerPhase::Connected).await;
-    let client = async_nats::connect(nats.url()).await.expect("connect to NATS");
-    let js = async_nats::jetstream::new(client);
-    let mites = kv::open_mites(&js, 1).await.expect("the mites bucket");
-    let desired = kv::open_desired(&js, 1).await.expect("the desired bucket");
+    let (mites, desired) = w.buckets().await;
     for key in ["team-a.cells.0", "team-a.cells.1", "team-a.ci.0"] {
         until(&format!("{key} is connected in varroa_mites"), || async {
             let v = mites.get(key).await.map_err(|e| e.to_string())?.ok_or("no entry")?;
@@ -232,7 +269,7 @@ async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
 
     // Jenkins, on its pod IP, runs the boot configuration.
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("an HTTP client");
-    let ci_pod = pod(&env, "ci-0").await;
+    let ci_pod = pod(env, "ci-0").await;
     let state = until("the double answers on the pod IP", || async {
         double_state(&http, &ci_pod).await.ok_or_else(|| "no answer".to_string())
     })
@@ -262,7 +299,7 @@ async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
         .await;
     assert!(ci.status.as_ref().and_then(|s| s.last_apply_result.as_ref()).is_some_and(|r| r.succeeded));
     assert_eq!(phase_of(&ci), Some(ControllerPhase::Connected));
-    let now_pod = pod(&env, "ci-0").await;
+    let now_pod = pod(env, "ci-0").await;
     assert_eq!(now_pod.uid(), ci_pod.uid(), "a JCasC change does not restart the pod");
     let restarts: i32 = now_pod
         .status
@@ -307,7 +344,7 @@ async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
     })
     .await;
     let rolled = until("the new pod has its IP", || async {
-        let p = pod(&env, &rolled.name_any()).await;
+        let p = pod(env, &rolled.name_any()).await;
         if p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() { Ok(p) } else { Err("no IP".into()) }
     })
     .await;
@@ -317,6 +354,131 @@ async fn controllers_connect_through_real_mites_and_jcasc_applies_live() {
     })
     .await;
 
-    env.stop_operator().await;
+    w.env.stop_operator().await;
     gw.shutdown().await;
+}
+
+/// The gateway binary as its own process on `port` (a fixed one, so that it can come back where
+/// the mites dial), with 1 s heartbeats; killed when dropped.
+struct GatewayProcess(std::process::Child);
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
+}
+
+async fn gateway_process(w: &World, port: u16) -> GatewayProcess {
+    let dir = w.dir.path();
+    if !dir.join("tls.crt").exists() {
+        let server =
+            w.ca.issue_server(&["127.0.0.1".into()], Duration::from_secs(86_400), SystemTime::now())
+                .expect("the gateway's server certificate");
+        std::fs::write(dir.join("tls.crt"), &server.cert_pem).expect("write tls.crt");
+        std::fs::write(dir.join("tls.key"), &server.key_pem).expect("write tls.key");
+        std::fs::write(dir.join("ca.crt"), w.ca.cert_pem()).expect("write ca.crt");
+    }
+    let health = free_port();
+    let child = std::process::Command::new(&bins().gateway)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--health-listen", &format!("127.0.0.1:{health}")])
+        .arg("--tls-cert")
+        .arg(dir.join("tls.crt"))
+        .arg("--tls-key")
+        .arg(dir.join("tls.key"))
+        .arg("--tls-ca")
+        .arg(dir.join("ca.crt"))
+        .args(["--nats-url", &w.nats.url(), "--heartbeat-seconds", "1", "--cluster", "e2e", "--replica", "gw-e2e"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the gateway binary starts");
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{health}/readyz");
+    until("the gateway process is ready", || async {
+        let r = http.get(&url).send().await.map_err(|e| e.to_string())?;
+        if r.status().is_success() { Ok(()) } else { Err(r.status().to_string()) }
+    })
+    .await;
+    GatewayProcess(child)
+}
+
+/// The reloads the Jenkins double of `pod` has done (each an applied configuration).
+async fn reloads(http: &reqwest::Client, p: &Pod) -> usize {
+    until("the double answers on the pod IP", || async {
+        let s = double_state(http, p).await.ok_or("no answer")?;
+        Ok::<_, String>(s["reloads"].as_array().map_or(0, Vec::len))
+    })
+    .await
+}
+
+/// The fault a platform team fears most on the control link: the gateway dies without a word
+/// (SIGKILL, no `connected: false` written). Every controller shows `Mite unreachable` once its
+/// heartbeat is older than the threshold, and its pod stays; when the gateway is back the mites
+/// reconnect, every controller is `Connected` again and no configuration is applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_gateway_shows_mite_unreachable_and_its_return_applies_nothing_twice() {
+    let mut w = world().await;
+    let port = free_port();
+    let gw = gateway_process(&w, port).await;
+    w.start_operator(&format!("127.0.0.1:{port}"), Duration::from_secs(4)).await;
+    let env = &w.env;
+    env.create("ci", json!({})).await;
+    env.create("cells", json!({"cells": 2})).await;
+    let mut first = Vec::new();
+    for name in ["ci", "cells"] {
+        let c = env
+            .wait(name, "Connected with its first apply result", |c| {
+                phase_of(c) == Some(ControllerPhase::Connected)
+                    && c.status.as_ref().and_then(|s| s.last_apply_result.as_ref()).is_some_and(|r| r.succeeded)
+            })
+            .await;
+        first.push(c.status.and_then(|s| s.last_apply_result).expect("an apply result").digest);
+    }
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("an HTTP client");
+    let pods: Vec<Pod> = futures::future::join_all(["ci-0", "cells-0", "cells-1"].map(|n| pod(env, n))).await;
+    let mut before = Vec::new();
+    for p in &pods {
+        before.push(reloads(&http, p).await);
+    }
+
+    drop(gw); // SIGKILL
+    for name in ["ci", "cells"] {
+        let c = env.wait(name, "Mite unreachable", |c| attention_of(c).as_deref() == Some("Mite unreachable")).await;
+        let mc = condition(&c, cond::MITE_CONNECTED).expect("MiteConnected");
+        assert_eq!((mc.status.as_str(), mc.reason.as_str()), ("False", "StreamLost"), "{name}: {mc:?}");
+        assert_eq!(phase_of(&c), Some(ControllerPhase::Running), "{name}: a lost stream keeps the phase Running");
+    }
+    for p in &pods {
+        assert_eq!(pod(env, &p.name_any()).await.uid(), p.uid(), "{}: the pod stays", p.name_any());
+    }
+
+    let _gw = gateway_process(&w, port).await;
+    for (name, digest) in ["ci", "cells"].iter().zip(&first) {
+        let c = env
+            .wait(name, "Connected again", |c| {
+                phase_of(c) == Some(ControllerPhase::Connected) && attention_of(c).is_none()
+            })
+            .await;
+        assert_eq!(c.status.and_then(|s| s.last_apply_result).map(|r| r.digest).as_ref(), Some(digest));
+    }
+    // Every cell has its stream again (and so has had the current desired entry pushed at once on
+    // its reconnect); none applied it again.
+    let (mites, _) = w.buckets().await;
+    for key in ["team-a.ci.0", "team-a.cells.0", "team-a.cells.1"] {
+        until(&format!("{key} is connected again"), || async {
+            let v = mites.get(key).await.map_err(|e| e.to_string())?.ok_or("no entry")?;
+            let e = kv::decode_mite(key, &v).map_err(|e| e.to_string())?;
+            if e.connected && e.gateway_replica == "gw-e2e" { Ok(()) } else { Err(format!("{e:?}")) }
+        })
+        .await;
+    }
+    for (p, n) in pods.iter().zip(&before) {
+        assert_eq!(reloads(&http, p).await, *n, "{}: the configuration was applied again", p.name_any());
+    }
+    w.env.stop_operator().await;
 }
