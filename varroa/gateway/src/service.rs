@@ -517,6 +517,12 @@ impl Session {
                             self.entry.last_apply_result = Some(record);
                             pending = self.schedule(pending, MIN_WRITE_INTERVAL);
                         }
+                        Some(mite_message::Kind::BuildEvents(batch)) => {
+                            // Not stored yet: the mite tells the plugin to retry later.
+                            self.shared.metrics.message("build_events");
+                            let ack = pb::EventsAck { batch: batch.batch, retry_after_ms: 30_000, ..Default::default() };
+                            let _ = tx.try_send(Ok(message(gateway_message::Kind::EventsAck(ack))));
+                        }
                         Some(mite_message::Kind::Hello(_)) => {
                             self.shared.metrics.message("hello_again");
                             let _ = tx.try_send(Err(Status::invalid_argument("Hello is only valid as the first message")));

@@ -88,6 +88,14 @@ pub enum KvError {
         /// NATS' error.
         message: String,
     },
+    /// Binding to or creating a stream failed.
+    #[error("cannot open or create JetStream stream {stream}: {message}")]
+    Stream {
+        /// The stream.
+        stream: &'static str,
+        /// NATS' error.
+        message: String,
+    },
 }
 
 fn check_label(field: &'static str, value: &str) -> Result<(), KvError> {

@@ -8,6 +8,8 @@
 //! - [`kv`]: the JetStream key-value buckets `varroa_mites` (written by the gateway, read by the
 //!   operator and the BFF) and `varroa_desired` (written by the operator, watched by the
 //!   gateway): bucket names and settings, key encoding, and the JSON entries.
+//! - [`builds`]: build events (plugin -> mite -> gateway -> `varroa_builds` -> recorder): their
+//!   JSON shapes and validation, the stream's settings and subjects.
 //! - [`activity`]: activity events and their subjects (`activity.<cluster>.<ns>.<ctrl>`).
 //! - [`nats`]: connecting to NATS with a credential re-read from a file on every (re)connect,
 //!   so a rotated password needs no restart (every Varroa component connects this way).
@@ -17,6 +19,7 @@
 //! on a field name, a key layout or a bucket setting.
 
 pub mod activity;
+pub mod builds;
 pub mod client;
 pub mod kv;
 pub mod nats;

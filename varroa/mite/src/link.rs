@@ -671,7 +671,7 @@ impl Link {
                         Some(gateway_message::Kind::Error(e)) => {
                             return Ok(SessionEnd::Closed(format!("the gateway ended the stream: {}: {}", e.code, e.message)));
                         }
-                        Some(gateway_message::Kind::Welcome(_)) | None => {}
+                        Some(gateway_message::Kind::Welcome(_)) | Some(gateway_message::Kind::EventsAck(_)) | None => {}
                     },
                     Ok(None) => return Ok(SessionEnd::Closed("the gateway closed the stream".into())),
                     Err(status) => return Err(refusal(status)),
