@@ -162,6 +162,8 @@ async fn a_deployment_runs_the_program_with_env_volumes_and_its_own_address_behi
                         {"name": "ESCAPED", "value": "$$(GREETING)"},
                         {"name": "CONFIG", "value": "/etc/cfg/mode"},
                         {"name": "LISTEN", "value": "0.0.0.0:9090"},
+                        {"name": "SIDECAR", "value": "http://127.0.0.1:8080/x"},
+                        {"name": "HOST_DB", "value": "postgres://u@127.0.0.1:5432/db"},
                     ],
                     "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
                     "resources": {"limits": {"memory": "64Mi"}},
@@ -229,6 +231,10 @@ async fn a_deployment_runs_the_program_with_env_volumes_and_its_own_address_behi
     assert!(env["HOME"].contains(&format!("default_{name}_")), "{}", env["HOME"]);
     // A wildcard listen address binds the pod's own address (no network namespace here).
     assert_eq!(env["LISTEN"], format!("{ip}:9090"));
+    // The pod's loopback is its address: a port the pod declares is reached there; another
+    // loopback port (a service on the host) is left alone.
+    assert_eq!(env["SIDECAR"], format!("http://{ip}:8080/x"));
+    assert_eq!(env["HOST_DB"], "postgres://u@127.0.0.1:5432/db");
     assert_eq!(env.get("KUBERNETES_SERVICE_PORT"), Some(&dc.addr().port().to_string()));
     // The one path translation: /etc/cfg/... in env and args names the pod's volume directory.
     let config = env["CONFIG"].clone();

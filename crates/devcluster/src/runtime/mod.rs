@@ -31,7 +31,9 @@
 //!   `status.podIP`; Endpoints and EndpointSlices follow it. No network namespace: ports are
 //!   shared with the host, a program must bind its pod IP (env `POD_IP` via the downward API);
 //!   a wildcard listen address (`0.0.0.0:PORT`, `[::]:PORT`) in args or env is rewritten to
-//!   `POD_IP:PORT` (`spec::bind_address`) so that pods of one manifest do not collide.
+//!   `POD_IP:PORT` (`spec::bind_address`) so that pods of one manifest do not collide, and so is
+//!   a loopback address (`127.0.0.1:PORT`, `localhost:PORT`) whose port a container of the same
+//!   pod declares: the pod's address stands for the pod's own loopback (sidecars talking over it).
 //! - **lifecycle** (`worker`): init containers in order to completion, then the containers;
 //!   exit codes, restart policy, CrashLoopBackOff (10s doubling to 5m, base
 //!   `Options::crash_backoff`), startup/readiness/liveness probes (httpGet, tcpSocket, exec),

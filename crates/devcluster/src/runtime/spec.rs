@@ -110,23 +110,39 @@ pub fn translate(s: &str, mounts: &[(String, PathBuf)]) -> String {
     out
 }
 
-/// A wildcard listen address (`0.0.0.0:PORT`, `[::]:PORT`) in an arg or env value becomes
-/// `POD_IP:PORT`: in a pod, a wildcard binds the pod's own network namespace; here, without one,
-/// it would bind every loopback address and collide with other pods (and the host).
-pub fn bind_address(s: &str, pod_ip: &str) -> String {
-    if pod_ip.is_empty() || !(s.contains("0.0.0.0:") || s.contains("[::]:")) {
+/// The network translation of an arg or env value (docs/devcluster.md, "Network"): there is no
+/// network namespace, so
+/// - a wildcard listen address (`0.0.0.0:PORT`, `[::]:PORT`) becomes `POD_IP:PORT`: in a pod, a
+///   wildcard binds the pod's own network namespace; here it would bind every loopback address
+///   and collide with other pods (and the host);
+/// - a loopback address (`127.0.0.1:PORT`, `localhost:PORT`, `[::1]:PORT`) whose port one of the
+///   pod's containers declares (`pod_ports`) becomes `POD_IP:PORT`: in a pod, containers talk to
+///   each other over the pod's loopback; here every pod shares the host's, so the pod's own
+///   loopback address stands for it (still reachable from this host only). A loopback port no
+///   container of the pod declares is left alone (it may be a service on the host).
+pub fn bind_address(s: &str, pod_ip: &str, pod_ports: &[u16]) -> String {
+    const WILDCARDS: [&str; 2] = ["0.0.0.0:", "[::]:"];
+    const LOOPBACKS: [&str; 3] = ["127.0.0.1:", "localhost:", "[::1]:"];
+    if pod_ip.is_empty() || !WILDCARDS.iter().chain(&LOOPBACKS).any(|w| s.contains(w)) {
         return s.to_string();
     }
-    let is_sep = |c: char| matches!(c, '=' | ',' | ' ' | '"' | '\'' | ';' | '/');
+    let is_sep = |c: char| matches!(c, '=' | ',' | ' ' | '"' | '\'' | ';' | '/' | '@');
     let mut out = String::with_capacity(s.len());
     let mut i = 0;
     while i < s.len() {
         let at_start = i == 0 || s[..i].chars().next_back().is_some_and(is_sep);
         if at_start {
-            let wild = ["0.0.0.0:", "[::]:"].into_iter().find(|w| s[i..].starts_with(w));
-            if let Some(w) = wild
-                && s[i + w.len()..].starts_with(|c: char| c.is_ascii_digit())
-            {
+            let digits = |from: usize| {
+                let rest = &s[from..];
+                let n = rest.bytes().take_while(u8::is_ascii_digit).count();
+                (n > 0).then(|| rest[..n].parse::<u16>().ok()).flatten()
+            };
+            let wild = WILDCARDS.into_iter().find(|w| s[i..].starts_with(w)).filter(|w| digits(i + w.len()).is_some());
+            let lo = LOOPBACKS
+                .into_iter()
+                .find(|w| s[i..].starts_with(w))
+                .filter(|w| digits(i + w.len()).is_some_and(|p| pod_ports.contains(&p)));
+            if let Some(w) = wild.or(lo) {
                 out.push_str(pod_ip);
                 out.push(':');
                 i += w.len();
@@ -138,6 +154,21 @@ pub fn bind_address(s: &str, pod_ip: &str) -> String {
         i += ch.len_utf8();
     }
     out
+}
+
+/// The ports the pod's containers (and init containers) declare.
+pub fn declared_ports(pod: &Value) -> Vec<u16> {
+    let mut ports = Vec::new();
+    for list in ["/spec/containers", "/spec/initContainers"] {
+        for c in pod.pointer(list).and_then(Value::as_array).into_iter().flatten() {
+            for p in c.get("ports").and_then(Value::as_array).into_iter().flatten() {
+                if let Some(n) = p.get("containerPort").and_then(Value::as_u64).and_then(|n| u16::try_from(n).ok()) {
+                    ports.push(n);
+                }
+            }
+        }
+    }
+    ports
 }
 
 /// A lookup of a ConfigMap's or Secret's data, decoded.
@@ -502,12 +533,13 @@ pub fn launch(
     let command: Vec<String> = strings(container.get("command")).iter().map(|s| expand(s, &lookup)).collect();
     let args: Vec<String> = strings(container.get("args")).iter().map(|s| expand(s, &lookup)).collect();
     let pod_ip = pod.pointer("/status/podIP").and_then(Value::as_str).unwrap_or("");
+    let ports = declared_ports(pod);
     let mut argv = argv(exe, &command, &args);
     for a in argv.iter_mut().skip(1) {
-        *a = bind_address(&translate(a, &mounts), pod_ip);
+        *a = bind_address(&translate(a, &mounts), pod_ip, &ports);
     }
     let mut env: Vec<(String, String)> =
-        env.into_iter().map(|(k, v)| (k, bind_address(&translate(&v, &mounts), pod_ip))).collect();
+        env.into_iter().map(|(k, v)| (k, bind_address(&translate(&v, &mounts), pod_ip, &ports))).collect();
     if let Some(kc) = kubeconfig {
         env.retain(|(k, _)| k != "KUBECONFIG");
         env.push(("KUBECONFIG".into(), kc.to_string_lossy().into_owned()));
@@ -606,12 +638,19 @@ mod tests {
     #[test]
     fn wildcard_listen_addresses_bind_the_pod_ip() {
         let ip = "127.9.8.7";
-        assert_eq!(bind_address("--metrics-addr=0.0.0.0:8080", ip), "--metrics-addr=127.9.8.7:8080");
-        assert_eq!(bind_address("[::]:9090", ip), "127.9.8.7:9090");
-        assert_eq!(bind_address("http://0.0.0.0:80/x", ip), "http://127.9.8.7:80/x");
-        assert_eq!(bind_address("10.0.0.0:80", ip), "10.0.0.0:80");
-        assert_eq!(bind_address("0.0.0.0:x", ip), "0.0.0.0:x");
-        assert_eq!(bind_address("0.0.0.0:80", ""), "0.0.0.0:80");
+        assert_eq!(bind_address("--metrics-addr=0.0.0.0:8080", ip, &[]), "--metrics-addr=127.9.8.7:8080");
+        assert_eq!(bind_address("[::]:9090", ip, &[]), "127.9.8.7:9090");
+        assert_eq!(bind_address("http://0.0.0.0:80/x", ip, &[]), "http://127.9.8.7:80/x");
+        assert_eq!(bind_address("10.0.0.0:80", ip, &[]), "10.0.0.0:80");
+        assert_eq!(bind_address("0.0.0.0:x", ip, &[]), "0.0.0.0:x");
+        assert_eq!(bind_address("0.0.0.0:80", "", &[]), "0.0.0.0:80");
+        // The pod's loopback: only ports a container of the pod declares.
+        assert_eq!(bind_address("http://127.0.0.1:8787", ip, &[8787]), "http://127.9.8.7:8787");
+        assert_eq!(bind_address("--listen=localhost:8787", ip, &[8787]), "--listen=127.9.8.7:8787");
+        assert_eq!(bind_address("[::1]:8787", ip, &[8787]), "127.9.8.7:8787");
+        assert_eq!(bind_address("postgres://u@127.0.0.1:5432/db", ip, &[8787]), "postgres://u@127.0.0.1:5432/db");
+        assert_eq!(bind_address("127.0.0.1:87870", ip, &[8787]), "127.0.0.1:87870");
+        assert_eq!(bind_address("x127.0.0.1:8787", ip, &[8787]), "x127.0.0.1:8787");
     }
 
     #[test]
