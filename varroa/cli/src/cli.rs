@@ -3,23 +3,30 @@
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use clikit::cli::{CompletionArgs, GlobalArgs, namespace_help};
 use clikit::timefmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 const EXIT_CODES: &str = "\
 Exit codes:
   0  success
-  1  failure: the API server refused the request, or the controller does not exist
-  2  usage error (unknown flag, missing argument)
+  1  failure: the API server refused the request, the controller or build does not exist, or the
+     build record store cannot be read
+  2  usage error (unknown flag, missing argument, bad value)
   3  timeout: --wait gave up before the controller reached the state asked for";
+
+/// The most rows `--limit` asks for.
+pub const MAX_LIMIT: u32 = 10_000;
 
 /// `varroa`'s command line.
 #[derive(Parser, Debug)]
 #[command(
     name = "varroa",
     version,
-    about = "Inspect, stop and start Varroa's Jenkins controllers",
-    long_about = "Inspect, stop and start the Jenkins controllers Varroa manages (Controller, varroa.dev/v1alpha1). \
-varroa talks to the Kubernetes API server only, like kubectl, with the same kubeconfig.",
+    about = "Inspect, stop and start Varroa's Jenkins controllers; read their builds and activity",
+    long_about = "Inspect, stop and start the Jenkins controllers Varroa manages (Controller, varroa.dev/v1alpha1), \
+and read their build records and activity. get, describe, stop and start talk to the Kubernetes API server, like \
+kubectl, with the same kubeconfig; builds, build and activity read the build record store (the recorder's \
+PostgreSQL database, --database-url) and use the kubeconfig only for the default namespace.",
     after_help = EXIT_CODES,
     propagate_version = true,
     mut_arg("namespace", |a| a.help(namespace_help("the controllers")))
@@ -46,6 +53,17 @@ pub enum Command {
     /// Start a stopped controller: `spec.powerState: Running`.
     #[command(after_help = EXIT_CODES)]
     Start(PowerArgs),
+    /// List a controller's builds, newest first (from the build record store).
+    #[command(after_help = EXIT_CODES)]
+    Builds(BuildsArgs),
+    /// Show one build: the run, its stages in start order, its test summary (from the build
+    /// record store).
+    #[command(after_help = EXIT_CODES)]
+    Build(BuildArgs),
+    /// List what happened to controllers (lifecycle changes, user actions, what the mite saw),
+    /// newest last (from the build record store).
+    #[command(after_help = EXIT_CODES)]
+    Activity(ActivityArgs),
     /// Print a shell completion script: `source <(varroa completion bash)`.
     Completion(CompletionArgs),
 }
@@ -111,6 +129,112 @@ pub struct PowerArgs {
     pub timeout: Duration,
 }
 
+/// Where the build record store is: the recorder's PostgreSQL database. `builds`, `build` and
+/// `activity` read it directly (read-only).
+#[derive(Args, Debug, Clone, Default)]
+pub struct StoreArgs {
+    /// The build record store: the recorder's PostgreSQL database,
+    /// `postgres://user@host:5432/dbname` (or libpq's `host=... dbname=...`). The password
+    /// comes from --database-password-file.
+    #[arg(long, env = "VARROA_DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// A file holding the database password (a mounted Secret, say).
+    #[arg(long, env = "VARROA_DATABASE_PASSWORD_FILE", value_name = "PATH")]
+    pub database_password_file: Option<PathBuf>,
+    /// Only records of this cluster (default: every cluster the store holds records of).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+}
+
+/// `-o` of the lists (`builds`, `activity`).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListOutput {
+    /// The table with times in RFC 3339 and more columns.
+    Wide,
+    /// The records as JSON, in a `v1` List.
+    Json,
+    /// The records as YAML, in a `v1` List.
+    Yaml,
+}
+
+/// `-o` of `build`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordOutput {
+    /// The build, its stages and test summary as JSON.
+    Json,
+    /// The build, its stages and test summary as YAML.
+    Yaml,
+}
+
+/// `builds CONTROLLER [--job JOB] [--limit N] [-o wide|json|yaml]`.
+#[derive(Args, Debug, Clone)]
+pub struct BuildsArgs {
+    /// The controller's name.
+    pub controller: String,
+    /// Only this job, by its full name with folders (`team/app`).
+    #[arg(long, value_name = "JOB")]
+    pub job: Option<String>,
+    /// At most this many builds (the newest).
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=MAX_LIMIT as i64))]
+    pub limit: u32,
+    /// Output format (default: a table).
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<ListOutput>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `build CONTROLLER JOB NUMBER [-o json|yaml]`.
+#[derive(Args, Debug, Clone)]
+pub struct BuildArgs {
+    /// The controller's name.
+    pub controller: String,
+    /// The job's full name with folders (`team/app`).
+    pub job: String,
+    /// The build number (`7` or `#7`).
+    #[arg(value_parser = parse_build_number)]
+    pub number: i64,
+    /// Output format (default: a description).
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<RecordOutput>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `activity [CONTROLLER] [-A] [--since D] [--limit N] [-o wide|json|yaml]`.
+#[derive(Args, Debug, Clone)]
+pub struct ActivityArgs {
+    /// Only this controller's activity; without it, the namespace's.
+    pub controller: Option<String>,
+    /// Every namespace, and the cluster-wide activity that belongs to none (not with a
+    /// controller).
+    #[arg(short = 'A', long, conflicts_with = "controller")]
+    pub all_namespaces: bool,
+    /// Only what happened in this last stretch of time: 30s, 15m, 1h, 2d (or 1h30m).
+    #[arg(long, value_name = "DURATION", value_parser = timefmt::parse_duration)]
+    pub since: Option<Duration>,
+    /// At most this many entries (the newest).
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=MAX_LIMIT as i64))]
+    pub limit: u32,
+    /// Output format (default: a table).
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<ListOutput>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// The highest build number (Jenkins numbers from 1; JSON numbers are exact up to 2^53).
+pub const MAX_BUILD_NUMBER: i64 = 1 << 53;
+
+/// `7` or `#7`: a build number from 1 to 2^53.
+pub fn parse_build_number(s: &str) -> Result<i64, String> {
+    let digits = s.strip_prefix('#').unwrap_or(s);
+    match digits.parse::<i64>() {
+        Ok(n) if (1..=MAX_BUILD_NUMBER).contains(&n) && digits.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => Err(format!("{s:?} is not a build number: use the number Jenkins gave the build, e.g. 7 or #7")),
+    }
+}
+
 /// The clap command.
 pub fn command() -> clap::Command {
     Cli::command()
@@ -142,5 +266,40 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["varroa", "get", "pods"]).is_err());
         assert!(Cli::try_parse_from(["varroa", "stop", "x", "--timeout", "1s"]).is_err(), "--timeout needs --wait");
+    }
+
+    #[test]
+    fn build_record_commands_parse() {
+        let cli = Cli::try_parse_from(["varroa", "builds", "ci", "-n", "team-a", "--job", "team/app", "--limit", "5"])
+            .unwrap();
+        let Command::Builds(b) = cli.command else { panic!("builds") };
+        assert_eq!((b.controller.as_str(), b.job.as_deref(), b.limit), ("ci", Some("team/app"), 5));
+        assert_eq!(cli.global.namespace.as_deref(), Some("team-a"));
+        let Command::Builds(b) = Cli::try_parse_from(["varroa", "builds", "ci"]).unwrap().command else { panic!() };
+        assert_eq!((b.limit, b.output), (50, None));
+        let Command::Build(b) = Cli::try_parse_from(["varroa", "build", "ci", "app", "#7"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(b.number, 7);
+        let Command::Activity(a) =
+            Cli::try_parse_from(["varroa", "activity", "--since", "15m", "-o", "json"]).unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!((a.since, a.controller, a.output), (Some(Duration::from_secs(900)), None, Some(ListOutput::Json)));
+        for bad in [
+            &["varroa", "builds"][..],
+            &["varroa", "builds", "ci", "--limit", "0"],
+            &["varroa", "builds", "ci", "-o", "name"],
+            &["varroa", "build", "ci", "app"],
+            &["varroa", "build", "ci", "app", "0"],
+            &["varroa", "build", "ci", "app", "7x"],
+            &["varroa", "build", "ci", "app", "+7"],
+            &["varroa", "build", "ci", "app", "7", "-o", "wide"],
+            &["varroa", "activity", "--since", "soon"],
+            &["varroa", "activity", "ci", "-A"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 }

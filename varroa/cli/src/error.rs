@@ -1,5 +1,6 @@
 //! Errors as the user reads them, and the exit code of each: 1 for a failure (the API server
-//! refused, the controller does not exist), 3 for a timeout. Usage errors (2) are clap's.
+//! refused, the controller or build does not exist, the build record store cannot be read), 3
+//! for a timeout. Usage errors (2) are clap's.
 
 /// A result of a command.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -23,6 +24,9 @@ pub enum Error {
     /// The kubeconfig could not be read or used.
     #[error("{0}")]
     Config(#[from] clikit::client::ConnectError),
+    /// The build record store could not be read.
+    #[error("{0}")]
+    Store(#[from] crate::store::StoreError),
     /// A request to the API server failed.
     #[error("{context}: {}", readable(source))]
     Kube {

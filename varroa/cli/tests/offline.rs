@@ -1,4 +1,5 @@
-//! What needs no cluster: help, usage errors (exit 2), completions, a missing kubeconfig.
+//! What needs no cluster and no database: help, usage errors (exit 2), completions, a missing
+//! kubeconfig, a missing database URL.
 
 use std::process::Command;
 
@@ -7,6 +8,8 @@ fn varroa(args: &[&str]) -> (i32, String, String) {
         .args(args)
         .env("KUBECONFIG", "/nonexistent/kubeconfig")
         .env_remove("HOME")
+        .env_remove("VARROA_DATABASE_URL")
+        .env_remove("VARROA_DATABASE_PASSWORD_FILE")
         .output()
         .expect("run varroa");
     (
@@ -22,7 +25,7 @@ fn completions_print_for_each_shell() {
         let (code, out, err) = varroa(&["completion", shell]);
         assert_eq!(code, 0, "{shell}: {err}");
         assert!(out.contains(marker), "{shell}:\n{out}");
-        for word in ["get", "describe", "stop", "start", "controllers"] {
+        for word in ["get", "describe", "stop", "start", "controllers", "builds", "build", "activity", "since"] {
             assert!(out.contains(word), "{shell} completes {word}");
         }
     }
@@ -52,6 +55,16 @@ fn usage_errors_exit_2_and_a_missing_kubeconfig_exits_1() {
         &["start", "a", "--timeout", "1m"],
         &["stop", "a", "--wait", "--timeout", "soon"],
         &["frobnicate"],
+        &["builds"],
+        &["builds", "ci", "--limit", "0"],
+        &["builds", "ci", "--limit", "10001"],
+        &["builds", "ci", "-o", "name"],
+        &["build", "ci", "app"],
+        &["build", "ci", "app", "0"],
+        &["build", "ci", "app", "seven"],
+        &["activity", "--since", "soon"],
+        &["activity", "--since", "1w"],
+        &["activity", "ci", "-A"],
     ] {
         let (code, _, err) = varroa(args);
         assert_eq!(code, 2, "{args:?}: {err}");
@@ -59,4 +72,30 @@ fn usage_errors_exit_2_and_a_missing_kubeconfig_exits_1() {
     let (code, _, err) = varroa(&["get", "controllers"]);
     assert_eq!(code, 1);
     assert!(err.starts_with("error: ") && err.contains("KUBECONFIG"), "{err}");
+}
+
+#[test]
+fn the_build_record_commands_need_a_database_url_not_a_cluster() {
+    for args in [&["builds", "ci"][..], &["build", "ci", "team/app", "7"], &["activity", "-A"]] {
+        let (code, out, err) = varroa(args);
+        assert_eq!((code, out.as_str()), (1, ""), "{args:?}: {err}");
+        assert_eq!(
+            err,
+            "error: no build record store to read: set --database-url or VARROA_DATABASE_URL to the recorder's \
+             PostgreSQL database (postgres://user@host:5432/dbname), with --database-password-file or \
+             VARROA_DATABASE_PASSWORD_FILE if it needs a password\n",
+            "{args:?}"
+        );
+    }
+    // A name that cannot exist is refused before anything is read.
+    let (code, _, err) = varroa(&["build", "Ci", "team/app", "7"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: invalid controller name \"Ci\""), "{err}");
+    let (code, out, _) = varroa(&["builds", "--help"]);
+    assert_eq!(code, 0);
+    for flag in ["--database-url <URL>", "VARROA_DATABASE_URL", "--database-password-file", "--cluster", "--job"] {
+        assert!(out.contains(flag), "{flag}:\n{out}");
+    }
+    let (_, out, _) = varroa(&["activity", "--help"]);
+    assert!(out.contains("30s, 15m, 1h, 2d"), "{out}");
 }

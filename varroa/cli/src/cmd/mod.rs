@@ -1,5 +1,7 @@
 //! The subcommands.
 
+pub mod activity;
+pub mod builds;
 pub mod completion;
 pub mod describe;
 pub mod get;
