@@ -299,6 +299,14 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 /// The JCasC directory Jenkins reads (`CASC_JENKINS_CONFIG`) and the mite writes, on the
 /// `jenkins-home` volume both containers mount (ADR 0004).
 pub const CASC_DIR: &str = "/var/jenkins_home/casc_configs";
+/// The mite's plugin listener: the pod's loopback (docs/varroa/plugin-protocol.md).
+pub const PLUGIN_LISTEN: &str = "127.0.0.1:8787";
+/// Its port.
+pub const PLUGIN_PORT: i32 = 8787;
+/// The directory (an in-memory emptyDir both containers mount) of the plugin token.
+pub const PLUGIN_DIR: &str = "/var/run/varroa/plugin";
+/// The token the mite writes at start and the plugin sends.
+pub const PLUGIN_TOKEN_FILE: &str = "/var/run/varroa/plugin/token";
 /// The Jenkins user the mite acts as; the Varroa plugin authenticates it by the token in the
 /// mite Secret (ADR 0004).
 pub const MITE_USER: &str = "varroa-mite";
@@ -354,6 +362,10 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             // For the Varroa plugin: the mite's user and the token it authenticates with.
             env("VARROA_MITE_USER", MITE_USER),
             env("VARROA_MITE_TOKEN_FILE", "/var/run/varroa/jenkins/token"),
+            // The mite's plugin listener on the pod's loopback, and the token it writes for the
+            // plugin (docs/varroa/plugin-protocol.md).
+            env("VARROA_PLUGIN_URL", &format!("http://{PLUGIN_LISTEN}")),
+            env("VARROA_PLUGIN_TOKEN_FILE", PLUGIN_TOKEN_FILE),
         ]),
         resources: s.resources.clone(),
         readiness_probe: Some(Probe {
@@ -382,6 +394,7 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             mount("plugins", "/usr/share/jenkins/ref/plugins", false),
             mount("tmp", "/tmp", false),
             mount("mite-token", "/var/run/varroa/jenkins", true),
+            mount("plugin", PLUGIN_DIR, true),
         ]),
         security_context: Some(restricted()),
         ..Default::default()
@@ -390,6 +403,14 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
         name: CONTAINER_MITE.into(),
         image: Some(cfg.mite_image.clone()),
         args: Some(vec!["run".into()]),
+        // The plugin listener binds the pod's loopback only; the port is declared so that a
+        // runtime without network namespaces (devcluster's) gives the pod a loopback of its own.
+        ports: Some(vec![ContainerPort {
+            name: Some("varroa-plugin".into()),
+            container_port: PLUGIN_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
         env: Some(vec![
             env("VARROA_CONTROLLER", &name),
             env("VARROA_NAMESPACE", &ns),
@@ -412,6 +433,8 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             // Every address, as the mite's default; written out so devcluster binds it to the
             // pod IP (two pods' mites would collide on the host's port otherwise).
             env("VARROA_HEALTH_LISTEN", "0.0.0.0:8081"),
+            env("VARROA_PLUGIN_LISTEN", PLUGIN_LISTEN),
+            env("VARROA_PLUGIN_TOKEN_FILE", PLUGIN_TOKEN_FILE),
             field_env("POD_NAME", "metadata.name"),
         ]),
         resources: Some(ResourceRequirements {
@@ -426,6 +449,7 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             mount("mite-tls", "/var/run/varroa/tls", true),
             mount("config", "/var/jenkins_config", true),
             mount("jenkins-home", "/var/jenkins_home", false),
+            mount("plugin", PLUGIN_DIR, false),
         ]),
         security_context: Some(restricted()),
         ..Default::default()
@@ -496,6 +520,15 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
         },
         Volume { name: "plugins".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() },
         Volume { name: "tmp".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() },
+        // The plugin token the mite writes and Jenkins reads: in memory, never on the node's disk.
+        Volume {
+            name: "plugin".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(Quantity("1Mi".into())),
+            }),
+            ..Default::default()
+        },
     ];
     let claim = PersistentVolumeClaim {
         metadata: ObjectMeta { name: Some("jenkins-home".into()), labels: Some(labels(c)), ..Default::default() },
