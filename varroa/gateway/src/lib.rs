@@ -8,6 +8,8 @@
 //! - [`service`]: the `MiteLink.Connect` stream: identity checks, one stream per cell, the
 //!   `varroa_mites` entry, desired configuration pushed down.
 //! - [`desired`]: the mirror of the `varroa_desired` bucket the streams read.
+//! - Build events: [`service`] stores each `BuildEvents` batch in the `varroa_builds` stream
+//!   (opened here with the buckets) and answers it with an `EventsAck`.
 //! - NATS through [`varroa_link::nats::connect`]: the credential is re-read from its file on
 //!   every reconnect, so a rotated password needs no restart either.
 //!
@@ -87,7 +89,8 @@ pub struct RunningGateway {
     pub health_addr: SocketAddr,
     /// The service (for inspection in tests).
     pub gateway: Gateway,
-    /// Readiness (ready once the buckets are open and NATS is connected).
+    /// Readiness (ready once the buckets and the `varroa_builds` stream are open and NATS is
+    /// connected).
     pub readiness: Readiness,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -139,11 +142,13 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
     let (client, connects) = varroa_link::nats::connect_watching(&config.nats).await?;
     let connects_for_watch = connects.clone();
     let (mites_tx, mites_rx) = watch::channel(None);
+    let (builds_tx, builds_rx) = watch::channel(None);
     let desired = Arc::new(desired::DesiredCache::default());
     let activity = service::Activity::new(client.clone(), config.options.cluster.clone());
     let gateway = Gateway::new(
         config.options.clone(),
         mites_rx,
+        builds_rx,
         desired.clone(),
         metrics.clone(),
         shutdown_rx.clone(),
@@ -178,7 +183,8 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
             }
         }
     }));
-    // NATS: open the buckets (retrying), then watch varroa_desired and track readiness.
+    // NATS: open the buckets and the varroa_builds stream (retrying), then watch varroa_desired
+    // and track readiness.
     let replicas = config.bucket_replicas;
     let ready = readiness.clone();
     let mut stop = shutdown_rx.clone();
@@ -189,13 +195,14 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
             let opened = async {
                 let m = varroa_link::kv::open_mites(&js, replicas).await?;
                 let d = varroa_link::kv::open_desired(&js, replicas).await?;
+                varroa_link::builds::open_stream(&js, replicas).await?;
                 Ok::<_, varroa_link::kv::KvError>((m, d))
             };
             tokio::select! {
                 r = opened => match r {
                     Ok(stores) => break stores,
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot open the JetStream buckets yet; retrying");
+                        tracing::warn!(error = %e, "cannot open the JetStream buckets and stream yet; retrying");
                         ready.set_not_ready(format!("NATS: {e}"));
                     }
                 },
@@ -208,6 +215,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
             backoff = (backoff * 2).min(Duration::from_secs(5));
         };
         let _ = mites_tx.send(Some(mites));
+        let _ = builds_tx.send(Some(service::BuildsSink { js: js.clone(), replicas }));
         let watcher = tokio::spawn(desired::watch_desired(desired_store, desired, connects_for_watch));
         // Readiness follows the NATS connection.
         let mut tick = tokio::time::interval(Duration::from_millis(500));

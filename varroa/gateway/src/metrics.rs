@@ -16,6 +16,11 @@ struct Kind {
     kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    outcome: &'static str,
+}
+
 /// The gateway's metrics. Label values come from fixed sets (never from client input).
 #[derive(Default)]
 pub struct Metrics {
@@ -25,6 +30,8 @@ pub struct Metrics {
     desired_pushed: Counter,
     kv_write_errors: Counter,
     tls_reloads: Family<Reason, Counter>,
+    build_events: Family<Outcome, Counter>,
+    build_batches: Family<Outcome, Counter>,
 }
 
 impl Metrics {
@@ -41,6 +48,26 @@ impl Metrics {
             self.kv_write_errors.clone(),
         );
         r.register("tls_reloads", "TLS file changes, by result (ok, failed)", self.tls_reloads.clone());
+        r.register(
+            "build_events",
+            "Build events received from mites, by outcome (stored, duplicate, rejected, retry)",
+            self.build_events.clone(),
+        );
+        r.register(
+            "build_batches",
+            "BuildEvents batches, by outcome (stored, rejected, oversized, retry, busy, not_ready)",
+            self.build_batches.clone(),
+        );
+    }
+    /// Counts `n` build events with `outcome`.
+    pub fn build_events(&self, outcome: &'static str, n: usize) {
+        if n > 0 {
+            self.build_events.get_or_create(&Outcome { outcome }).inc_by(n as u64);
+        }
+    }
+    /// Counts a batch with `outcome`.
+    pub fn build_batch(&self, outcome: &'static str) {
+        self.build_batches.get_or_create(&Outcome { outcome }).inc();
     }
     /// Counts a refusal.
     pub fn refused(&self, reason: &'static str) {

@@ -27,6 +27,16 @@
 //!    new one as the `varroa_desired` watch delivers it; a digest is sent once per stream.
 //! 5. **Liveness.** A stream silent for three heartbeat intervals is closed
 //!    (`Error { code: "heartbeat_timeout" }`).
+//! 6. **Build events.** Each `BuildEvents` batch is stored in its own task (heartbeats and
+//!    desired pushes never wait for JetStream), at most [`MAX_BATCHES_IN_FLIGHT`] per stream
+//!    (more are answered retry at once). Every event is checked again
+//!    ([`builds::parse_event_bytes`]: the mite runs in the tenant's pod, so nothing it sends is
+//!    trusted but its certificate), stamped with the gateway's cluster, the certificate's
+//!    namespace and controller and the hello's cell ([`builds::RecordedEvent`]), and published
+//!    to `varroa.builds.<cluster>.<ns>.<controller>` with `Nats-Msg-Id` scoped the same way.
+//!    The `EventsAck` is sent once JetStream acknowledged every publish (a duplicate it dropped
+//!    counts as accepted); any failure, or no acknowledgement within [`PUBLISH_TIMEOUT`], answers
+//!    the whole batch with `retry_after_ms` and the mite sends it again whole.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -36,8 +46,10 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::kv::{Store, UpdateErrorKind};
 use futures::Stream;
 use jiff::Timestamp;
+use tokio::sync::Semaphore;
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status, Streaming};
+use varroa_link::builds;
 use varroa_link::kv::{self, ApplyResultRecord, ControllerKey, MiteEntry, MiteKey};
 use varroa_link::proto::v1::{
     self as pb, GatewayMessage, MiteMessage, gateway_message, mite_link_server::MiteLink, mite_message,
@@ -107,11 +119,34 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 pub const MIN_WRITE_INTERVAL: Duration = Duration::from_millis(200);
 /// How long one KV operation may take before it counts as failed.
 const KV_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most `BuildEvents` batches one stream has being stored at once; more are answered with
+/// [`BUSY_RETRY_AFTER_MS`] at once.
+pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
+/// How long storing one batch may take (every publish acknowledged by JetStream).
+pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The retry asked for when JetStream did not store a batch (NATS down, stream unavailable).
+pub const STORE_RETRY_AFTER_MS: u32 = 2_000;
+/// The retry asked for when the stream has [`MAX_BATCHES_IN_FLIGHT`] batches in flight, or the
+/// `varroa_builds` stream is not open yet.
+pub const BUSY_RETRY_AFTER_MS: u32 = 1_000;
+/// The longest error text of a rejected event.
+const MAX_REJECTION_TEXT: usize = 512;
+
+/// Where build events are published: the JetStream context, once the `varroa_builds` stream is
+/// open.
+#[derive(Clone)]
+pub struct BuildsSink {
+    /// The JetStream context.
+    pub js: async_nats::jetstream::Context,
+    /// The stream's replicas, should it have to be created again.
+    pub replicas: usize,
+}
 
 /// The state the streams share.
 pub struct Shared {
     options: GatewayOptions,
     mites: watch::Receiver<Option<Store>>,
+    builds: watch::Receiver<Option<BuildsSink>>,
     desired: Arc<DesiredCache>,
     metrics: Arc<Metrics>,
     /// Local streams by cell: the session id and the sender that tells it it was replaced.
@@ -128,10 +163,12 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A service writing into the `varroa_mites` store once `mites` holds one.
+    /// A service writing into the `varroa_mites` store once `mites` holds one, and build events
+    /// into `varroa_builds` once `builds` holds its context.
     pub fn new(
         options: GatewayOptions,
         mites: watch::Receiver<Option<Store>>,
+        builds: watch::Receiver<Option<BuildsSink>>,
         desired: Arc<DesiredCache>,
         metrics: Arc<Metrics>,
         stopping: watch::Receiver<bool>,
@@ -141,6 +178,7 @@ impl Gateway {
             shared: Arc::new(Shared {
                 options,
                 mites,
+                builds,
                 desired,
                 metrics,
                 sessions: Mutex::default(),
@@ -290,6 +328,7 @@ impl MiteLink for Gateway {
             last_write: None,
             last_sent_digest: None,
             hello,
+            batches: Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT)),
         };
         // Everything from here runs in the session's own task: the handler returns at once, so a
         // client that goes away while the entry is written cannot leave a registered session
@@ -319,6 +358,112 @@ struct Session {
     last_write: Option<Instant>,
     last_sent_digest: Option<String>,
     hello: pb::Hello,
+    /// Permits for build-event batches being stored.
+    batches: Arc<Semaphore>,
+}
+
+/// Where a stream's events come from: what the gateway stamps on them.
+struct Stamp {
+    cluster: String,
+    controller: ControllerKey,
+    key: MiteKey,
+}
+
+/// The id of an event the gateway refuses, when it has a usable one.
+fn id_of(bytes: &[u8]) -> String {
+    if bytes.len() > builds::MAX_EVENT_BYTES {
+        return String::new();
+    }
+    serde_json::from_slice::<serde_json::Value>(bytes).map(|v| builds::raw_id(&v)).unwrap_or_default()
+}
+
+/// Checks, stamps and publishes one batch; the `EventsAck` to send.
+async fn store_batch(shared: &Shared, sink: &BuildsSink, stamp: &Stamp, batch: pb::BuildEvents) -> pb::EventsAck {
+    let m = &shared.metrics;
+    let received = now();
+    let mut rejected = Vec::new();
+    let mut records = Vec::with_capacity(batch.events.len());
+    for bytes in &batch.events {
+        match builds::parse_event_bytes(bytes) {
+            Ok(event) => records.push(builds::RecordedEvent {
+                cluster: stamp.cluster.clone(),
+                namespace: stamp.controller.namespace().to_owned(),
+                controller: stamp.controller.controller().to_owned(),
+                cell: stamp.key.cell,
+                received,
+                event,
+            }),
+            Err(e) => rejected
+                .push(pb::RejectedEvent { id: id_of(bytes), error: kv::bounded(&e.to_string(), MAX_REJECTION_TEXT) }),
+        }
+    }
+    if let Some(first) = rejected.first() {
+        m.build_events("rejected", rejected.len());
+        tracing::warn!(
+            mite = %stamp.key,
+            batch = batch.batch,
+            rejected = rejected.len(),
+            first_id = %first.id,
+            first_error = %kv::bounded(&first.error, kv::MAX_SHORT_FIELD),
+            "build events rejected as malformed"
+        );
+    }
+    let ack = |accepted: usize, rejected: Vec<pb::RejectedEvent>, retry_after_ms: u32| pb::EventsAck {
+        batch: batch.batch,
+        accepted: accepted as u32,
+        rejected,
+        retry_after_ms,
+    };
+    if records.is_empty() {
+        m.build_batch("rejected");
+        return ack(0, rejected, 0);
+    }
+    let subject = builds::subject(&stamp.cluster, &stamp.controller);
+    let publish = async {
+        // Every publish first (JetStream pipelines them), then every acknowledgement.
+        let mut pending = Vec::with_capacity(records.len());
+        for r in &records {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, r.msg_id().as_str());
+            pending.push(sink.js.publish_with_headers(subject.clone(), headers, kv::encode(r)).await?);
+        }
+        let mut duplicates = 0;
+        for p in pending {
+            if p.await?.duplicate {
+                duplicates += 1;
+            }
+        }
+        Ok::<usize, async_nats::jetstream::context::PublishError>(duplicates)
+    };
+    let failure = match tokio::time::timeout(PUBLISH_TIMEOUT, publish).await {
+        Ok(Ok(duplicates)) => {
+            m.build_batch("stored");
+            m.build_events("stored", records.len() - duplicates);
+            m.build_events("duplicate", duplicates);
+            tracing::debug!(mite = %stamp.key, batch = batch.batch, events = records.len(), duplicates, "build events stored");
+            return ack(records.len(), rejected, 0);
+        }
+        Ok(Err(e)) => {
+            if e.kind() == async_nats::jetstream::context::PublishErrorKind::StreamNotFound {
+                // Someone deleted the stream: create it again for the mite's retry.
+                let reopen = builds::open_stream(&sink.js, sink.replicas);
+                match tokio::time::timeout(KV_TIMEOUT, reopen).await {
+                    Ok(Ok(_)) => tracing::warn!("the {} stream was missing; created it again", builds::STREAM),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "the {} stream is missing and cannot be created", builds::STREAM)
+                    }
+                    Err(_) => {}
+                }
+            }
+            e.to_string()
+        }
+        Err(_) => format!("JetStream did not acknowledge within {PUBLISH_TIMEOUT:?}"),
+    };
+    tracing::warn!(mite = %stamp.key, batch = batch.batch, events = records.len(), error = %failure,
+        "cannot store build events now; the mite will send the batch again");
+    m.build_batch("retry");
+    m.build_events("retry", records.len());
+    ack(0, Vec::new(), STORE_RETRY_AFTER_MS)
 }
 
 enum Write {
@@ -416,6 +561,58 @@ impl Session {
         tracing::warn!(mite = %self.key, "cannot write varroa_mites; retrying");
         self.dirty = true;
         Write::Failed
+    }
+
+    /// Starts storing a batch of build events in its own task, or answers it at once (too many in
+    /// flight, the stream not open yet, an oversized batch).
+    fn build_events(&self, batch: pb::BuildEvents, tx: &mpsc::Sender<Result<GatewayMessage, Status>>) {
+        let m = &self.shared.metrics;
+        let n = batch.events.len();
+        let answer_now = |ack: pb::EventsAck| {
+            if tx.try_send(Ok(message(gateway_message::Kind::EventsAck(ack)))).is_err() {
+                tracing::warn!(mite = %self.key, "cannot queue an EventsAck: the mite does not read its stream");
+            }
+        };
+        if n > builds::MAX_EVENTS_PER_BATCH {
+            tracing::warn!(mite = %self.key, batch = batch.batch, events = n, max = builds::MAX_EVENTS_PER_BATCH,
+                "build events rejected: the batch is larger than the protocol allows");
+            m.build_batch("oversized");
+            m.build_events("rejected", n);
+            let error = format!(
+                "batch: {n} events, at most {} in one BuildEvents; split the plugin's request",
+                builds::MAX_EVENTS_PER_BATCH
+            );
+            let rejected = vec![pb::RejectedEvent { id: String::new(), error }];
+            return answer_now(pb::EventsAck { batch: batch.batch, accepted: 0, rejected, retry_after_ms: 0 });
+        }
+        let retry = |outcome: &'static str, ms: u32| {
+            m.build_batch(outcome);
+            m.build_events("retry", n);
+            answer_now(pb::EventsAck { batch: batch.batch, retry_after_ms: ms, ..Default::default() });
+        };
+        let Some(sink) = self.shared.builds.borrow().clone() else {
+            return retry("not_ready", BUSY_RETRY_AFTER_MS);
+        };
+        let Ok(permit) = self.batches.clone().try_acquire_owned() else {
+            tracing::debug!(mite = %self.key, batch = batch.batch, "{MAX_BATCHES_IN_FLIGHT} batches in flight; asking the mite to retry");
+            return retry("busy", BUSY_RETRY_AFTER_MS);
+        };
+        let stamp = Stamp {
+            cluster: self.shared.options.cluster.clone(),
+            controller: self.controller.clone(),
+            key: self.key.clone(),
+        };
+        let shared = self.shared.clone();
+        let tx = tx.clone();
+        let wait = shared.options.heartbeat_interval * 3;
+        tokio::spawn(async move {
+            let ack = store_batch(&shared, &sink, &stamp, batch).await;
+            let msg = Ok(message(gateway_message::Kind::EventsAck(ack)));
+            if let Ok(Err(_)) | Err(_) = tokio::time::timeout(wait, tx.send(msg)).await {
+                tracing::debug!(mite = %stamp.key, "the stream ended before its EventsAck could be sent");
+            }
+            drop(permit);
+        });
     }
 
     /// Sends `current` unless this stream already got its digest. False when the mite does not
@@ -518,10 +715,8 @@ impl Session {
                             pending = self.schedule(pending, MIN_WRITE_INTERVAL);
                         }
                         Some(mite_message::Kind::BuildEvents(batch)) => {
-                            // Not stored yet: the mite tells the plugin to retry later.
                             self.shared.metrics.message("build_events");
-                            let ack = pb::EventsAck { batch: batch.batch, retry_after_ms: 30_000, ..Default::default() };
-                            let _ = tx.try_send(Ok(message(gateway_message::Kind::EventsAck(ack))));
+                            self.build_events(batch, &tx);
                         }
                         Some(mite_message::Kind::Hello(_)) => {
                             self.shared.metrics.message("hello_again");

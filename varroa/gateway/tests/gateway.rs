@@ -744,3 +744,252 @@ async fn a_stream_without_a_hello_is_ended_after_the_hello_timeout() {
     let metrics = h.metrics().await;
     assert!(metrics.contains("varroa_gateway_refused_total{reason=\"hello_timeout\"} 1"), "{metrics}");
 }
+
+// Build events: the mite's BuildEvents batches, stored in the varroa_builds stream.
+
+/// A valid build event of `team-a/app` as the plugin protocol has it.
+fn build_event(id: &str, build: u64) -> serde_json::Value {
+    serde_json::json!({"v": 1, "id": id, "time": "2026-12-03T08:00:00.120Z", "job": "team-a/app",
+        "build": build, "kind": "started", "cause": "timer"})
+}
+
+fn bytes_of(v: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap()
+}
+
+/// One message of the varroa_builds stream: subject, `Nats-Msg-Id`, the stamped event.
+#[derive(Debug)]
+struct Stored {
+    subject: String,
+    msg_id: String,
+    record: varroa_link::builds::RecordedEvent,
+}
+
+/// Every message of the varroa_builds stream, read with a fresh consumer from the start.
+async fn stored_builds(client: &async_nats::Client) -> Vec<Stored> {
+    use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+    use futures::StreamExt;
+    let js = async_nats::jetstream::new(client.clone());
+    let mut stream = js.get_stream(varroa_link::builds::STREAM).await.unwrap();
+    let n = stream.info().await.unwrap().state.messages as usize;
+    if n == 0 {
+        return Vec::new();
+    }
+    let config = pull::Config { deliver_policy: DeliverPolicy::All, ack_policy: AckPolicy::None, ..Default::default() };
+    let messages = stream.create_consumer(config).await.unwrap().messages().await.unwrap();
+    let got: Vec<_> = tokio::time::timeout(DEADLINE, messages.take(n).collect::<Vec<_>>()).await.unwrap();
+    got.into_iter()
+        .map(|m| {
+            let m = m.unwrap();
+            let msg_id = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default();
+            Stored { subject: m.subject.to_string(), msg_id, record: serde_json::from_slice(&m.payload).unwrap() }
+        })
+        .collect()
+}
+
+fn stored_ids(stored: &[Stored]) -> Vec<String> {
+    let mut ids: Vec<_> = stored.iter().map(|s| s.record.event.id.clone()).collect();
+    ids.sort();
+    ids
+}
+
+/// The value of one metric line (0 when absent).
+fn metric_value(text: &str, line_prefix: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(line_prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+impl TestMite {
+    async fn send_batch(&self, batch: u64, events: Vec<Vec<u8>>) {
+        self.send(mite_message::Kind::BuildEvents(pb::BuildEvents { batch, events })).await;
+    }
+
+    async fn next_ack(&mut self) -> pb::EventsAck {
+        loop {
+            match self.next().await {
+                Some(gateway_message::Kind::EventsAck(a)) => return a,
+                Some(_) => continue,
+                None => panic!("stream ended before an EventsAck"),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_events_are_stored_stamped_from_the_certificate_and_a_resent_batch_is_stored_once() {
+    let h = Harness::start().await;
+    let mut a = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 1)).await.unwrap();
+    let mut b = h.dial(Some(&h.mite_cert("team-b", "ci")), hello("team-b", "ci", 0)).await.unwrap();
+
+    // The mite is in the tenant's pod: an event naming another controller is stored as its own.
+    let mut claims_other = build_event("x#1:finished", 1);
+    claims_other["kind"] = "finished".into();
+    claims_other["result"] = "FAILURE".into();
+    claims_other["duration_ms"] = 10.into();
+    for (k, v) in [("cluster", "prod"), ("namespace", "team-b"), ("controller", "ci")] {
+        claims_other[k] = v.into();
+    }
+    let batch = vec![bytes_of(&build_event("x#1:started", 1)), bytes_of(&claims_other)];
+    a.send_batch(1, batch.clone()).await;
+    let ack = a.next_ack().await;
+    assert_eq!((ack.batch, ack.accepted, ack.retry_after_ms), (1, 2, 0), "{ack:?}");
+    assert!(ack.rejected.is_empty(), "{ack:?}");
+    // Another tenant's event with the same id is its own message.
+    b.send_batch(7, vec![bytes_of(&build_event("x#1:started", 1))]).await;
+    let ack = b.next_ack().await;
+    assert_eq!((ack.batch, ack.accepted), (7, 1), "{ack:?}");
+
+    // The same batch again (a retry): accepted, and JetStream drops the copies.
+    a.send_batch(2, batch).await;
+    let ack = a.next_ack().await;
+    assert_eq!((ack.batch, ack.accepted, ack.retry_after_ms), (2, 2, 0), "{ack:?}");
+
+    let stored = stored_builds(&h.client).await;
+    assert_eq!(stored.len(), 3, "{stored:#?}");
+    for s in &stored {
+        let r = &s.record;
+        let (ns, cell) = if s.subject.ends_with("team-a.ci") { ("team-a", 1) } else { ("team-b", 0) };
+        assert_eq!(s.subject, format!("varroa.builds.test.{ns}.ci"));
+        assert_eq!((r.cluster.as_str(), r.namespace.as_str(), r.controller.as_str(), r.cell), ("test", ns, "ci", cell));
+        assert_eq!(s.msg_id, format!("test/{ns}/ci/{}", r.event.id));
+    }
+    let a_ids: Vec<_> = stored.iter().filter(|s| s.record.namespace == "team-a").map(|s| &s.record.event.id).collect();
+    assert_eq!(a_ids.len(), 2, "{stored:#?}");
+    let claimed = stored.iter().find(|s| s.record.event.id == "x#1:finished").unwrap();
+    assert_eq!(claimed.subject, "varroa.builds.test.team-a.ci", "the certificate decides, not the event");
+    assert_eq!((claimed.record.cluster.as_str(), claimed.record.namespace.as_str()), ("test", "team-a"));
+    let m = h.metrics().await;
+    assert_eq!(metric_value(&m, "varroa_gateway_build_events_total{outcome=\"stored\"}"), 3, "{m}");
+    assert_eq!(metric_value(&m, "varroa_gateway_build_events_total{outcome=\"duplicate\"}"), 2, "{m}");
+    assert_eq!(metric_value(&m, "varroa_gateway_messages_total{kind=\"build_events\"}"), 3, "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_oversized_batches_are_rejected_with_a_reason_and_nothing_else_breaks() {
+    let h = Harness::start().await;
+    let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    h.wait_entry("team-a", "ci", 0, "connected", |e| e.connected).await;
+
+    let mut zero = build_event("zero", 1);
+    zero["build"] = 0.into();
+    let mut huge = build_event("huge", 1);
+    huge["job"] = "j".repeat(varroa_link::builds::MAX_EVENT_BYTES).into();
+    let garbage = vec![
+        b"not json".to_vec(),
+        b"[1]".to_vec(),
+        vec![0xff, 0xfe, 0x00, 0x80],
+        Vec::new(),
+        bytes_of(&huge),
+        bytes_of(&zero),
+        bytes_of(&build_event("ok-1", 1)),
+    ];
+    mite.send_batch(1, garbage).await;
+    let ack = mite.next_ack().await;
+    assert_eq!((ack.accepted, ack.retry_after_ms), (1, 0), "{ack:?}");
+    let reasons: Vec<(&str, &str)> =
+        ack.rejected.iter().map(|r| (r.id.as_str(), r.error.split(':').next().unwrap())).collect();
+    assert_eq!(
+        reasons,
+        [("", "event"), ("", "event"), ("", "event"), ("", "event"), ("", "event"), ("zero", "build")],
+        "{ack:?}"
+    );
+    assert!(ack.rejected[4].error.contains("larger than"), "{ack:?}");
+
+    // More events than one batch may carry: refused whole, with the reason.
+    let oversized: Vec<_> = (0..501).map(|i| bytes_of(&build_event(&format!("o-{i}"), 1))).collect();
+    mite.send_batch(2, oversized).await;
+    let ack = mite.next_ack().await;
+    assert_eq!((ack.batch, ack.accepted, ack.retry_after_ms), (2, 0, 0), "{ack:?}");
+    assert_eq!(ack.rejected.len(), 1, "{ack:?}");
+    assert!(ack.rejected[0].error.contains("501 events, at most 500"), "{ack:?}");
+
+    // The stream, the session and the JetStream stream are still fine.
+    mite.send_batch(3, vec![bytes_of(&build_event("ok-2", 2))]).await;
+    let ack = mite.next_ack().await;
+    assert_eq!((ack.batch, ack.accepted), (3, 1), "{ack:?}");
+    mite.send(mite_message::Kind::Observation(pb::Observation { queue_length: Some(5), ..Default::default() })).await;
+    h.wait_entry("team-a", "ci", 0, "the stream still works", |e| e.observation.queue_length == Some(5)).await;
+    assert_eq!(stored_ids(&stored_builds(&h.client).await), ["ok-1", "ok-2"]);
+    let m = h.metrics().await;
+    assert_eq!(metric_value(&m, "varroa_gateway_build_events_total{outcome=\"rejected\"}"), 6 + 501, "{m}");
+    assert_eq!(metric_value(&m, "varroa_gateway_build_batches_total{outcome=\"oversized\"}"), 1, "{m}");
+    assert_eq!(h.gw.as_ref().unwrap().gateway.stream_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nats_down_batches_are_answered_retry_at_most_four_wait_and_the_resent_ones_are_stored_once() {
+    let mut h = Harness::start().await;
+    let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    h.wait_entry("team-a", "ci", 0, "connected", |e| e.connected).await;
+    let batch = |i: u64| vec![bytes_of(&build_event(&format!("n-{i}"), i))];
+
+    h.nats.stop();
+    for i in 1..=6 {
+        mite.send_batch(i, batch(i)).await;
+    }
+    // Four are being stored (and wait for JetStream); the two beyond are answered at once.
+    let mut acks = Vec::new();
+    for _ in 0..6 {
+        acks.push(mite.next_ack().await);
+    }
+    let order: Vec<(u64, u32)> = acks.iter().map(|a| (a.batch, a.retry_after_ms)).collect();
+    assert_eq!(&order[..2], [(5, 1000), (6, 1000)], "{order:?}");
+    let mut waited: Vec<_> = order[2..].to_vec();
+    waited.sort();
+    assert_eq!(waited, [(1, 2000), (2, 2000), (3, 2000), (4, 2000)], "{order:?}");
+    assert!(acks.iter().all(|a| a.accepted == 0 && a.rejected.is_empty()), "{acks:?}");
+
+    h.nats.start_again().unwrap();
+    let ready = h.gw.as_ref().unwrap().readiness.clone();
+    eventually("the gateway is ready again", || {
+        let ready = ready.clone();
+        async move { ready.is_ready().then_some(()) }
+    })
+    .await;
+    // As the mite does: each batch again, whole, until it is stored.
+    let mut next = 10;
+    for i in 1..=6 {
+        loop {
+            next += 1;
+            mite.send_batch(next, batch(i)).await;
+            let ack = mite.next_ack().await;
+            assert_eq!(ack.batch, next);
+            if ack.retry_after_ms == 0 {
+                assert_eq!(ack.accepted, 1, "{ack:?}");
+                break;
+            }
+            assert!(next < 200, "batch {i} still not stored: {ack:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let ids = stored_ids(&stored_builds(&h.client).await);
+    assert_eq!(ids, ["n-1", "n-2", "n-3", "n-4", "n-5", "n-6"], "one message per event");
+    let m = h.metrics().await;
+    assert_eq!(metric_value(&m, "varroa_gateway_build_batches_total{outcome=\"busy\"}"), 2, "{m}");
+    assert!(metric_value(&m, "varroa_gateway_build_batches_total{outcome=\"retry\"}") >= 4, "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_stream_is_created_again_for_the_retry() {
+    let h = Harness::start().await;
+    let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    let js = async_nats::jetstream::new(h.client.clone());
+    js.delete_stream(varroa_link::builds::STREAM).await.unwrap();
+
+    mite.send_batch(1, vec![bytes_of(&build_event("d-1", 1))]).await;
+    let ack = mite.next_ack().await;
+    assert_eq!((ack.accepted, ack.retry_after_ms), (0, 2000), "no stream: retry, {ack:?}");
+    mite.send_batch(2, vec![bytes_of(&build_event("d-1", 1))]).await;
+    let ack = mite.next_ack().await;
+    assert_eq!((ack.accepted, ack.retry_after_ms), (1, 0), "{ack:?}");
+    assert_eq!(stored_ids(&stored_builds(&h.client).await), ["d-1"]);
+    let info = js.get_stream(varroa_link::builds::STREAM).await.unwrap().cached_info().config.clone();
+    assert_eq!(info.duplicate_window, varroa_link::builds::DUPLICATE_WINDOW, "created with the stream's settings");
+}

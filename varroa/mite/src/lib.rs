@@ -7,6 +7,9 @@
 //!   export and compare), never twice for the same digest unless Jenkins drifted.
 //! - [`link`]: `varroa-mite run`, the one stream to the gateway (hello, observation deltas, apply
 //!   results, heartbeats; reconnecting forever with capped, jittered back-off).
+//! - [`plugin`]: the plugin listener on the pod's loopback (docs/varroa/plugin-protocol.md): the
+//!   token file, `POST /v1/events` forwarded over the stream and answered once JetStream has the
+//!   events.
 //! - [`settings`]: `run`'s flags and environment, validated at start-up.
 //! - [`plugins`]: `varroa-mite install-plugins`, the `plugins-init` step: locked, verified,
 //!   all-or-nothing plugin installation from an update site.
@@ -17,6 +20,7 @@
 pub mod apply;
 pub mod jenkins;
 pub mod link;
+pub mod plugin;
 pub mod plugins;
 pub mod settings;
 

@@ -29,22 +29,31 @@
 //! each dial the mite reads the certificate (re-read every time, so a rotated Secret is used at
 //! the next reconnect) and logs a clear error when it names another controller.
 //!
+//! **Build events.** The plugin listener ([`crate::plugin`]) hands each request's checked events
+//! to the current stream as one batch with a responder. The link numbers the batch, sends it as
+//! `BuildEvents`, and completes the responder when the gateway's `EventsAck` with that number
+//! arrives; every batch still waiting when the stream ends is failed (the plugin is answered 503
+//! and sends the events again). Between streams no batch is taken: the plugin is answered 503 at
+//! once.
+//!
 //! **Shutdown.** [`MiteHandle::shutdown`] (SIGTERM in the binary) half-closes the request stream,
 //! waits briefly for the gateway to end the response stream, and returns.
 
 use crate::apply::{Applier, ApplyError, DesiredConfig};
 use crate::jenkins::{ClientConfig, JenkinsClient, Observation};
+use crate::plugin::{BatchSlot, OutboundBatch, PluginMetrics, PluginServer};
 use crate::settings::RunSettings;
 use opkit::health::{HealthServer, Readiness};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::Code;
 use varroa_link::client::GatewayAddress;
@@ -99,6 +108,24 @@ pub enum RunError {
         /// Why.
         reason: String,
     },
+    /// The plugin token could not be written.
+    #[error(
+        "cannot write the plugin token --plugin-token-file {path}: {reason}; fix: mount a writable volume there (the pod's plugin emptyDir), or set --plugin-listen off"
+    )]
+    PluginToken {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The plugin listener could not be bound.
+    #[error("cannot listen on --plugin-listen {addr}: {reason}; fix: choose a free port, or off")]
+    PluginListen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Why one stream ended (or never started).
@@ -147,6 +174,8 @@ impl Metrics {
 pub struct MiteHandle {
     /// The health listener's address, if any.
     pub health_addr: Option<SocketAddr>,
+    /// The plugin listener's address, if any.
+    pub plugin_addr: Option<SocketAddr>,
     status: watch::Receiver<LinkStatus>,
     jenkins: watch::Receiver<JenkinsView>,
     stop: watch::Sender<bool>,
@@ -190,12 +219,30 @@ pub async fn start(settings: RunSettings) -> Result<MiteHandle, RunError> {
     jcfg.timeout = settings.jenkins_timeout;
     let client = Arc::new(JenkinsClient::new(jcfg)?);
     let metrics = Arc::new(Metrics::default());
+    let plugin_metrics = Arc::new(PluginMetrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
+    plugin_metrics.register(&mut registry);
     let readiness = Readiness::new();
     readiness.set_not_ready("connecting to the gateway");
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
+
+    // The plugin listener first: its token must be in place before the plugin looks.
+    let batches = BatchSlot::default();
+    let plugin = match settings.plugin_listen {
+        Some(addr) => {
+            let path = &settings.plugin_token_file;
+            let token = crate::plugin::write_token(path)
+                .map_err(|e| RunError::PluginToken { path: path.display().to_string(), reason: e.to_string() })?;
+            let server = PluginServer::bind(addr, token, batches.clone(), plugin_metrics)
+                .await
+                .map_err(|e| RunError::PluginListen { addr, reason: e.to_string() })?;
+            tracing::info!(token_file = %path.display(), "plugin token written");
+            Some(server)
+        }
+        None => None,
+    };
 
     let health_addr = match settings.health_listen {
         Some(addr) => {
@@ -213,6 +260,10 @@ pub async fn start(settings: RunSettings) -> Result<MiteHandle, RunError> {
         }
         None => None,
     };
+    let plugin_addr = plugin.as_ref().map(PluginServer::local_addr);
+    if let Some(server) = plugin {
+        tasks.push(tokio::spawn(server.serve(stopped(stop_rx.clone()))));
+    }
 
     let (jenkins_tx, jenkins_rx) = watch::channel(JenkinsView::Unknown);
     tasks.push(tokio::spawn(observe_loop(
@@ -245,10 +296,11 @@ pub async fn start(settings: RunSettings) -> Result<MiteHandle, RunError> {
         status: status_tx,
         readiness,
         metrics,
+        batches,
         stop: stop_rx,
     };
     tasks.push(tokio::spawn(link.run()));
-    Ok(MiteHandle { health_addr, status: status_rx, jenkins: jenkins_rx, stop: stop_tx, tasks })
+    Ok(MiteHandle { health_addr, plugin_addr, status: status_rx, jenkins: jenkins_rx, stop: stop_tx, tasks })
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {
@@ -474,7 +526,44 @@ struct Link {
     status: watch::Sender<LinkStatus>,
     readiness: Readiness,
     metrics: Arc<Metrics>,
+    /// Where the plugin listener hands build-event batches to the current stream.
+    batches: BatchSlot,
     stop: watch::Receiver<bool>,
+}
+
+/// The batches sent on one stream and not acknowledged yet, by batch number. Dropping it (the
+/// stream ended, however) fails every one, so the plugin is told to send them again.
+#[derive(Default)]
+struct PendingBatches {
+    next: u64,
+    waiting: HashMap<u64, oneshot::Sender<Result<pb::EventsAck, String>>>,
+}
+
+impl PendingBatches {
+    /// Numbers a batch and keeps its responder (forgetting the responders nobody waits on).
+    fn add(&mut self, respond: oneshot::Sender<Result<pb::EventsAck, String>>) -> u64 {
+        self.next += 1;
+        self.waiting.retain(|_, r| !r.is_closed());
+        self.waiting.insert(self.next, respond);
+        self.next
+    }
+
+    fn complete(&mut self, ack: pb::EventsAck) {
+        match self.waiting.remove(&ack.batch) {
+            Some(r) => {
+                let _ = r.send(Ok(ack));
+            }
+            None => tracing::debug!(batch = ack.batch, "an EventsAck for a batch nobody waits on (answered late)"),
+        }
+    }
+}
+
+impl Drop for PendingBatches {
+    fn drop(&mut self) {
+        for (_, r) in self.waiting.drain() {
+            let _ = r.send(Err("the gateway stream ended before the batch was acknowledged".into()));
+        }
+    }
 }
 
 impl Link {
@@ -605,6 +694,11 @@ impl Link {
             r = self.dial() => r?,
             _ = until(&mut stop) => return Ok(SessionEnd::Shutdown),
         };
+        // From now until this function returns, the plugin's batches come to this stream (taken
+        // before the status says connected, so that whoever sees connected can send).
+        let (batch_tx, mut batch_rx) = mpsc::channel::<OutboundBatch>(crate::plugin::MAX_IN_FLIGHT);
+        let _slot = self.batches.install(batch_tx);
+        let mut pending = PendingBatches::default();
         let s = &self.settings;
         Metrics::inc(&self.metrics.dials, "outcome", "welcomed");
         self.metrics.stream_up.set(1);
@@ -630,6 +724,7 @@ impl Link {
                     Some(mite_message::Kind::Observation(_)) => "observation",
                     Some(mite_message::Kind::ApplyResult(_)) => "apply_result",
                     Some(mite_message::Kind::Heartbeat(_)) => "heartbeat",
+                    Some(mite_message::Kind::BuildEvents(_)) => "build_events",
                     _ => "hello",
                 };
                 match tokio::time::timeout(send_timeout, tx.send(m)).await {
@@ -671,7 +766,8 @@ impl Link {
                         Some(gateway_message::Kind::Error(e)) => {
                             return Ok(SessionEnd::Closed(format!("the gateway ended the stream: {}: {}", e.code, e.message)));
                         }
-                        Some(gateway_message::Kind::Welcome(_)) | Some(gateway_message::Kind::EventsAck(_)) | None => {}
+                        Some(gateway_message::Kind::EventsAck(ack)) => pending.complete(ack),
+                        Some(gateway_message::Kind::Welcome(_)) | None => {}
                     },
                     Ok(None) => return Ok(SessionEnd::Closed("the gateway closed the stream".into())),
                     Err(status) => return Err(refusal(status)),
@@ -697,6 +793,11 @@ impl Link {
                         }
                         _ => {}
                     }
+                }
+                Some(b) = batch_rx.recv() => {
+                    let batch = pending.add(b.respond);
+                    let events = pb::BuildEvents { batch, events: b.events };
+                    send(pb::MiteMessage { kind: Some(mite_message::Kind::BuildEvents(events)) }).await?;
                 }
                 r = self.results.recv() => {
                     let Some(r) = r else { return Ok(SessionEnd::Shutdown) };

@@ -109,7 +109,8 @@ async fn run(a: RunArgs) -> ExitCode {
     };
     tracing::info!(
         namespace = %settings.namespace, controller = %settings.controller, cell = settings.cell,
-        gateway = %settings.gateway_url, jenkins = %settings.jenkins_url, "varroa-mite starting"
+        gateway = %settings.gateway_url, jenkins = %settings.jenkins_url, plugin_listen = ?settings.plugin_listen,
+        "varroa-mite starting"
     );
     let mite = match varroa_mite::link::start(settings).await {
         Ok(m) => m,

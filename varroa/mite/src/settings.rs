@@ -70,6 +70,13 @@ pub struct RunArgs {
     /// `/healthz`, `/readyz` (the stream is up) and `/metrics`; `off` turns it off.
     #[arg(long, env = "VARROA_HEALTH_LISTEN", default_value = "0.0.0.0:8081")]
     pub health_listen: String,
+    /// The listener the Varroa Jenkins plugin posts build events to (the pod's loopback:
+    /// docs/varroa/plugin-protocol.md); `off` turns it off.
+    #[arg(long, env = "VARROA_PLUGIN_LISTEN", default_value = "127.0.0.1:8787")]
+    pub plugin_listen: String,
+    /// Where the mite writes the plugin's bearer token at start (a volume both containers mount).
+    #[arg(long, env = "VARROA_PLUGIN_TOKEN_FILE", default_value = "/var/run/varroa/plugin/token")]
+    pub plugin_token_file: PathBuf,
 }
 
 /// Validated settings of `varroa-mite run`.
@@ -111,6 +118,10 @@ pub struct RunSettings {
     pub max_backoff: Duration,
     /// The health listener, if any.
     pub health_listen: Option<SocketAddr>,
+    /// The plugin listener, if any.
+    pub plugin_listen: Option<SocketAddr>,
+    /// The file the plugin token is written to.
+    pub plugin_token_file: PathBuf,
 }
 
 /// A setting that cannot work, naming the flag, its variable and the fix.
@@ -272,6 +283,29 @@ impl RunArgs {
             })?),
         };
 
+        let plugin_listen = match self.plugin_listen.trim() {
+            "off" | "" => None,
+            a => Some(a.parse::<SocketAddr>().map_err(|e| {
+                err(
+                    "plugin-listen",
+                    "VARROA_PLUGIN_LISTEN",
+                    a,
+                    e.to_string(),
+                    "use ip:port on the pod's loopback, e.g. 127.0.0.1:8787, or off",
+                )
+            })?),
+        };
+        let token = &self.plugin_token_file;
+        if plugin_listen.is_some() && (token.as_os_str().is_empty() || token.file_name().is_none()) {
+            return Err(err(
+                "plugin-token-file",
+                "VARROA_PLUGIN_TOKEN_FILE",
+                &token.display().to_string(),
+                "not a file path",
+                "name a file on a volume the jenkins container also mounts, e.g. /var/run/varroa/plugin/token",
+            ));
+        }
+
         Ok(RunSettings {
             namespace,
             controller,
@@ -291,6 +325,8 @@ impl RunArgs {
             initial_backoff: Duration::from_millis(500).min(max_backoff),
             max_backoff,
             health_listen,
+            plugin_listen,
+            plugin_token_file: self.plugin_token_file.clone(),
         })
     }
 }
@@ -344,6 +380,9 @@ mod tests {
         assert_eq!(s.gateway_url, "https://gw.svc:8443");
         assert_eq!(s.tls_cert, PathBuf::from("/var/run/varroa/tls/tls.crt"));
         assert_eq!(s.health_listen, Some("0.0.0.0:8081".parse().unwrap()));
+        assert_eq!(s.plugin_listen, Some("127.0.0.1:8787".parse().unwrap()));
+        assert_eq!(s.plugin_token_file, PathBuf::from("/var/run/varroa/plugin/token"));
+        assert_eq!(args(&["--plugin-listen", "off"]).validate().unwrap().plugin_listen, None);
         assert_eq!(args(&["--pod-name", "ci-2", "--cell", "5"]).validate().unwrap().cell, 5);
         assert_eq!(args(&[]).validate().unwrap().cell, 0);
         assert_eq!(ordinal_of("my-ci-10"), Some(10));
@@ -362,6 +401,8 @@ mod tests {
             (&["--observe-interval-seconds", "0"], "--observe-interval-seconds"),
             (&["--health-listen", "nope"], "--health-listen"),
             (&["--jenkins-url", "127.0.0.1:8080"], "--jenkins-url"),
+            (&["--plugin-listen", "localhost"], "--plugin-listen (VARROA_PLUGIN_LISTEN)"),
+            (&["--plugin-token-file", "/"], "--plugin-token-file (VARROA_PLUGIN_TOKEN_FILE)"),
         ];
         for (extra, want) in cases {
             let e = args(extra).validate().unwrap_err().to_string();

@@ -4,223 +4,12 @@
 //! real binary). What the tests check is what a user checks: the `varroa_mites` entry, Jenkins'
 //! live configuration and its reloads.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
+mod common;
+
+use common::*;
 use std::time::{Duration, SystemTime};
-
-use async_nats::jetstream::kv::Store;
-use varroa_gateway::{GatewayConfig, GatewayOptions, RunningGateway, TlsFiles};
-use varroa_jenkins_double::{JenkinsDouble, Options};
-use varroa_link::kv::{self, ControllerKey, DesiredEntry, MiteEntry};
-use varroa_link::nats::ConnectSettings;
-use varroa_link::testing::NatsServer;
-use varroa_mite::link::{self, JenkinsView, MiteHandle};
-use varroa_mite::settings::RunSettings;
+use varroa_mite::link::{self, JenkinsView};
 use varroa_pki::{CertificateAuthority, MiteIdentity};
-
-const DEADLINE: Duration = Duration::from_secs(30);
-const DAY: Duration = Duration::from_secs(86_400);
-const TOKEN: &str = "0123456789abcdef0123456789abcdef";
-const NS: &str = "team-a";
-const CTRL: &str = "ci";
-
-/// Polls `f` until it yields a value, failing the test after [`DEADLINE`].
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-struct World {
-    _nats: NatsServer,
-    nats_url: String,
-    dir: tempfile::TempDir,
-    ca: CertificateAuthority,
-    tls: TlsFiles,
-    gw: Option<RunningGateway>,
-    grpc_addr: SocketAddr,
-    mites: Store,
-    desired: Store,
-    jenkins: JenkinsDouble,
-}
-
-impl World {
-    async fn start() -> World {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let _ = tracing_subscriber::fmt()
-            .with_test_writer()
-            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
-            .try_init();
-        let dir = tempfile::tempdir().unwrap();
-        let ca = CertificateAuthority::generate("varroa test gateway CA", DAY).unwrap();
-        let server = ca.issue_server(&["localhost".into()], DAY, SystemTime::now()).unwrap();
-        let gw_dir = dir.path().join("gateway");
-        std::fs::create_dir(&gw_dir).unwrap();
-        let tls = TlsFiles { cert: gw_dir.join("tls.crt"), key: gw_dir.join("tls.key"), ca: gw_dir.join("ca.crt") };
-        std::fs::write(&tls.cert, &server.cert_pem).unwrap();
-        std::fs::write(&tls.key, &server.key_pem).unwrap();
-        std::fs::write(&tls.ca, ca.cert_pem()).unwrap();
-        let nats = NatsServer::start().unwrap();
-        let client = varroa_link::nats::connect(&ConnectSettings {
-            url: nats.url(),
-            credentials_file: None,
-            name: "test".into(),
-            max_reconnect_delay: Duration::from_millis(250),
-        })
-        .await
-        .unwrap();
-        let js = async_nats::jetstream::new(client);
-        let mites = kv::open_mites(&js, 1).await.unwrap();
-        let desired = kv::open_desired(&js, 1).await.unwrap();
-
-        // Jenkins: JCasC reads <tmp>/casc, which the mite writes.
-        let casc = dir.path().join("casc");
-        std::fs::create_dir(&casc).unwrap();
-        std::fs::write(casc.join("jenkins.yaml"), "jenkins:\n  systemMessage: boot\n").unwrap();
-        std::fs::write(dir.path().join("jenkins-token"), format!("{TOKEN}\n")).unwrap();
-        let jenkins = JenkinsDouble::start(Options {
-            api_token: Some(TOKEN.into()),
-            casc_config: Some(casc.display().to_string()),
-            version: "2.479.3".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-
-        let mut w = World {
-            nats_url: nats.url(),
-            _nats: nats,
-            dir,
-            ca,
-            tls,
-            gw: None,
-            grpc_addr: "127.0.0.1:0".parse().unwrap(),
-            mites,
-            desired,
-            jenkins,
-        };
-        w.start_gateway().await;
-        w.write_mite_cert(NS, CTRL, "mite");
-        w
-    }
-
-    /// Starts the gateway (again on the same port after the first start).
-    async fn start_gateway(&mut self) {
-        let config = GatewayConfig {
-            listen: self.grpc_addr,
-            health_listen: "127.0.0.1:0".parse().unwrap(),
-            tls: self.tls.clone(),
-            nats: ConnectSettings {
-                url: self.nats_url.clone(),
-                credentials_file: None,
-                name: "varroa-gateway/test".into(),
-                max_reconnect_delay: Duration::from_millis(250),
-            },
-            bucket_replicas: 1,
-            options: GatewayOptions {
-                replica: "gw-test-0".into(),
-                heartbeat_interval: Duration::from_secs(1),
-                hello_timeout: Duration::from_secs(5),
-                cluster: "test".into(),
-                max_streams: 100,
-            },
-        };
-        let gw = varroa_gateway::start(config).await.unwrap();
-        self.grpc_addr = gw.grpc_addr;
-        let ready = gw.readiness.clone();
-        eventually("the gateway is ready", || {
-            let ready = ready.clone();
-            async move { ready.is_ready().then_some(()) }
-        })
-        .await;
-        self.gw = Some(gw);
-    }
-
-    /// Writes a mite certificate for `ns/name` with the gateway CA into `<tmp>/<sub>/`.
-    fn write_mite_cert(&self, ns: &str, name: &str, sub: &str) -> PathBuf {
-        let d = self.dir.path().join(sub);
-        std::fs::create_dir_all(&d).unwrap();
-        let cert = self.ca.issue_mite(&MiteIdentity::new(ns, name), DAY, SystemTime::now()).unwrap();
-        std::fs::write(d.join("tls.crt"), &cert.cert_pem).unwrap();
-        std::fs::write(d.join("tls.key"), &cert.key_pem).unwrap();
-        std::fs::write(d.join("ca.crt"), self.ca.cert_pem()).unwrap();
-        d
-    }
-
-    fn settings(&self, tls_dir: &str) -> RunSettings {
-        let t = self.dir.path().join(tls_dir);
-        RunSettings {
-            namespace: NS.into(),
-            controller: CTRL.into(),
-            cell: 0,
-            gateway_url: format!("https://{}", self.grpc_addr),
-            gateway_server_name: Some("localhost".into()),
-            tls_cert: t.join("tls.crt"),
-            tls_key: t.join("tls.key"),
-            tls_ca: t.join("ca.crt"),
-            jenkins_url: self.jenkins.url(),
-            jenkins_user: "admin".into(),
-            jenkins_token_file: self.dir.path().join("jenkins-token"),
-            jenkins_timeout: Duration::from_secs(2),
-            casc_dir: self.dir.path().join("casc"),
-            observe_interval: Duration::from_millis(200),
-            drift_interval: Duration::from_secs(300),
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_millis(800),
-            health_listen: Some("127.0.0.1:0".parse().unwrap()),
-        }
-    }
-
-    async fn mite(&self) -> MiteHandle {
-        link::start(self.settings("mite")).await.unwrap()
-    }
-
-    async fn entry(&self) -> Option<MiteEntry> {
-        let key = ControllerKey::new(NS, CTRL).unwrap().cell(0).to_string();
-        let value = self.mites.get(&key).await.ok()??;
-        Some(kv::decode_mite(&key, &value).unwrap())
-    }
-
-    async fn wait_entry(&self, what: &str, pred: impl Fn(&MiteEntry) -> bool) -> MiteEntry {
-        eventually(what, || async { self.entry().await.filter(|e| pred(e)) }).await
-    }
-
-    async fn put_desired(&self, digest: &str, yaml: &str) {
-        let entry = DesiredEntry {
-            digest: digest.into(),
-            files: BTreeMap::from([("jenkins.yaml".to_string(), yaml.to_string())]),
-            cells: Some(1),
-        };
-        let key = ControllerKey::new(NS, CTRL).unwrap().to_string();
-        self.desired.put(&key, kv::encode(&entry)).await.unwrap();
-    }
-
-    fn system_message(&self) -> Option<String> {
-        self.jenkins.live_config().pointer("/jenkins/systemMessage").and_then(|v| v.as_str()).map(str::to_owned)
-    }
-}
-
-fn applied(e: &MiteEntry, digest: &str) -> Option<bool> {
-    e.last_apply_result.as_ref().filter(|r| r.digest == digest).map(|r| r.succeeded)
-}
-
-async fn metric(addr: SocketAddr, line_prefix: &str) -> u64 {
-    let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(line_prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
 
 #[tokio::test]
 async fn the_mite_connects_reports_jenkins_and_applies_the_desired_configuration() {
@@ -384,6 +173,7 @@ async fn the_binary_runs_from_the_operators_environment_and_exits_cleanly_on_sig
         .env("VARROA_CASC_DIR", w.dir.path().join("casc"))
         .env("VARROA_OBSERVE_INTERVAL_SECONDS", "1")
         .env("VARROA_HEALTH_LISTEN", "127.0.0.1:0")
+        .env("VARROA_PLUGIN_LISTEN", "off")
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -457,7 +247,7 @@ async fn sigterm_while_the_gateway_is_unreachable_exits_promptly() {
         .arg(dir.path().join("tls.key"))
         .arg("--tls-ca")
         .arg(dir.path().join("ca.crt"))
-        .args(["--health-listen", "off", "--cell", "0"])
+        .args(["--health-listen", "off", "--plugin-listen", "off", "--cell", "0"])
         .env_clear()
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
