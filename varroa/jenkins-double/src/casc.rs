@@ -9,7 +9,7 @@
 //!   reproduces that text byte for byte, names included twice.
 //! - `ConfigurationAsCode.configs`: a directory source is searched recursively for
 //!   `*.{yml,yaml,YAML,YML}`, skipping hidden paths, sorted; a missing path is refused with
-//!   "Invalid configuration: '<path>' isn't a valid path.".
+//!   `Invalid configuration: '<path>' isn't a valid path.`
 //! - `yaml/ErrorOnConflictMergeStrategy` (the default `errorOnConflict`): mappings merge key by
 //!   key, sequences concatenate, two scalars at the same place conflict.
 //!

@@ -26,6 +26,15 @@
 //! | `POST /configuration-as-code/reload` | re-reads `CASC_JENKINS_CONFIG` (files, or directories searched for `*.yml`/`*.yaml`, merged with `errorOnConflict`); success: 302 to `/configuration-as-code/`; failure: **200** with the HTML page "Error loading configuration" (`error.jelly`) and the live configuration unchanged; MANAGE | `ConfigurationAsCode.doReload`, `handleExceptionOnReloading`, `configs` |
 //! | `POST /configuration-as-code/export` | the live configuration as YAML, `application/x-yaml; charset=utf-8`, `Content-Disposition: attachment; filename=jenkins.yaml`; SYSTEM_READ | `ConfigurationAsCode.doExport` |
 //! | a POST-only URL by GET | 405 "This URL requires POST" | Stapler `@RequirePOST` |
+//! | `GET /job/<a>/job/<b>/api/json` | a build job (`WorkflowJob`: `builds[]`, `color`, `lastBuild` and the other permalinks, `nextBuildNumber`, `inQueue`) or a folder (`Folder`: `jobs[]`) | `hudson/model/Job.java`, `AbstractItem.java`, cloudbees-folder `AbstractFolder` |
+//! | `GET /job/<name>/<n>/api/json` (or `<n>` a permalink: `lastBuild`, `lastSuccessfulBuild`, ...) | `WorkflowRun`: `number`, `result` (null while running), `building`, `inProgress`, `duration` (0 while running), `timestamp`, `estimatedDuration`, `queueId`, `actions` (causes, test results), `previousBuild`, `nextBuild` | `hudson/model/Run.java`, `PermalinkProjectAction.java` |
+//! | `GET /job/<name>/<n>/consoleText` | the console so far, `text/plain;charset=UTF-8` | `Run.doConsoleText` |
+//! | `POST /job/<name>/build` | 201, `Location: <root>/queue/item/<id>/` | `ParameterizedJobMixIn.doBuild` |
+//!
+//! Build jobs come from [`Options::build_jobs`] (the binary's `--jobs-file`); [`builds`] runs
+//! them and, with a plugin URL, sends their events through [`plugin`], the Varroa plugin's side of
+//! the localhost protocol (docs/varroa/plugin-protocol.md). Their builds in the quiet period are
+//! queue items in `/queue/api/json`, and running builds hold executors in `/computer/api/json`.
 //!
 //! # Security, as Jenkins with security on
 //!
@@ -60,6 +69,13 @@
 //! | `POST /__double/refuse?seconds=n` | closes the listener for n seconds |
 //! | `POST /__double/drift` | YAML body, deep-merged into the live configuration |
 //! | `POST /__double/jenkins` | JSON `{"version", "queueLength", "busyExecutors", "quietingDown", "plugins": [{"shortName","version"}]}` (each optional) |
+//! | `POST /__double/builds` | JSON `{"job", "count" (1), "wait" (false)}`: queues and runs that many builds; `{"job", "builds": [numbers]}`, with `"results"` when waited for |
+//! | `GET /__double/plugin` | the plugin client's counters (`sent`, `pending`, `rejected`, `dropped`, ...), or `{"enabled": false}` without a plugin URL |
+//!
+//! # The load generator
+//!
+//! [`load`] (`varroa-jenkins-double load`) runs builds at full speed through the same plugin
+//! client against a mite and reports events per second.
 //!
 //! # A stand-in update site
 //!
@@ -67,7 +83,11 @@
 //! stand-in plugin files the double reads as plugins, and `plugin-versions.json` with their
 //! digests; `varroa-jenkins-double relock` rewrites a version profile's lock to those digests.
 
+pub mod builds;
 mod casc;
+mod job_pages;
+pub mod load;
+pub mod plugin;
 mod plugins;
 mod server;
 pub mod update_site;
@@ -105,8 +125,24 @@ pub struct Options {
     pub plugins_dir: Option<PathBuf>,
     /// Executors of the built-in node unless the configuration sets `jenkins.numExecutors`.
     pub num_executors: u32,
-    /// Job names listed in `/api/json`.
+    /// Job names listed in `/api/json` (not runnable; see `build_jobs`).
     pub jobs: Vec<String>,
+    /// Pipeline jobs the double runs (`POST /__double/builds`, [`JenkinsDouble::run_builds`]),
+    /// listed in `/api/json` and served under `/job/...`.
+    pub build_jobs: Vec<builds::JobConfig>,
+    /// The Varroa plugin's client (`VARROA_PLUGIN_URL`, `VARROA_PLUGIN_TOKEN_FILE`); without it
+    /// builds run and send nothing, as in a Jenkins without the plugin.
+    pub plugin: Option<plugin::PluginConfig>,
+    /// Real time per configured build millisecond: 1 runs builds as long as configured, 0 at once.
+    pub time_scale: f64,
+    /// Jenkins' clock (build and event times).
+    pub clock: Arc<dyn builds::Clock>,
+    /// Where build numbers come from (Jenkins' own numbering by default; build claims later).
+    pub numbers: Arc<dyn builds::BuildNumbers>,
+    /// Builds kept per job (older finished ones are discarded).
+    pub keep_builds: usize,
+    /// The most console bytes kept per build.
+    pub max_console_bytes: usize,
 }
 
 impl Default for Options {
@@ -123,6 +159,13 @@ impl Default for Options {
             plugins_dir: None,
             num_executors: 2,
             jobs: Vec::new(),
+            build_jobs: Vec::new(),
+            plugin: None,
+            time_scale: 1.0,
+            clock: Arc::new(builds::SystemClock),
+            numbers: Arc::new(builds::LocalNumbers::default()),
+            keep_builds: 100,
+            max_console_bytes: 1 << 20,
         }
     }
 }
@@ -138,6 +181,15 @@ pub enum StartError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The plugin's client cannot start (its URL is wrong).
+    #[error(transparent)]
+    Plugin(#[from] plugin::PluginError),
+    /// A build job is invalid.
+    #[error(transparent)]
+    Jobs(#[from] builds::JobsError),
+    /// The time scale is not a finite number of at least 0.
+    #[error("invalid time scale {0}: must be a finite number >= 0 (1: real time, 0: at once)")]
+    TimeScale(f64),
     /// The initial JCasC configuration is invalid (Jenkins would not boot).
     #[error("the configuration in CASC_JENKINS_CONFIG={path} is invalid: {source}")]
     Casc {
@@ -192,6 +244,8 @@ pub(crate) struct Shared {
     pub accepting: tokio::sync::watch::Sender<bool>,
     /// Plugin manifests read from the plugins directory.
     pub manifests: Mutex<plugins::ManifestCache>,
+    /// The build jobs and their builds.
+    pub builds: Arc<builds::Builds>,
 }
 
 impl Shared {
@@ -210,6 +264,9 @@ pub struct JenkinsDouble {
 impl Drop for JenkinsDouble {
     fn drop(&mut self) {
         self.task.abort();
+        // Running builds end and the plugin's client stops sending, even while a connection
+        // still holds the shared state.
+        self.shared.builds.stop();
     }
 }
 
@@ -226,6 +283,30 @@ impl JenkinsDouble {
                 .map_err(|source| StartError::Casc { path: path.clone(), source })?,
             None => Map::new(),
         };
+        if !(opts.time_scale.is_finite() && opts.time_scale >= 0.0) {
+            return Err(StartError::TimeScale(opts.time_scale));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for j in &opts.build_jobs {
+            j.validate()?;
+            if !names.insert(j.name.as_str()) {
+                return Err(builds::JobsError::Duplicate(j.name.clone()).into());
+            }
+        }
+        let plugin = match &opts.plugin {
+            Some(c) => Some(Arc::new(plugin::PluginClient::start(c.clone())?)),
+            None => None,
+        };
+        let builds = builds::Builds::new(builds::BuildsOptions {
+            jobs: opts.build_jobs.clone(),
+            time_scale: opts.time_scale,
+            clock: opts.clock.clone(),
+            numbers: opts.numbers.clone(),
+            plugin,
+            wait_for_room: false,
+            keep_builds: opts.keep_builds,
+            max_console_bytes: opts.max_console_bytes,
+        });
         let session: u32 = rand_u64() as u32;
         let state = State {
             version: opts.version.clone(),
@@ -247,6 +328,7 @@ impl JenkinsDouble {
             state: Mutex::new(state),
             accepting: tokio::sync::watch::Sender::new(true),
             manifests,
+            builds,
         });
         let task = tokio::spawn(server::serve(shared.clone(), listener));
         Ok(JenkinsDouble { shared, task })
@@ -359,6 +441,26 @@ impl JenkinsDouble {
     /// How many checks were asked.
     pub fn check_count(&self) -> u32 {
         self.shared.state().checks
+    }
+
+    /// Queues `count` builds of a configured job and runs them in the background; their numbers.
+    pub async fn run_builds(&self, job: &str, count: usize) -> Result<Vec<u64>, builds::BuildsError> {
+        Ok(self.shared.builds.trigger(job, count).await?.0)
+    }
+
+    /// The build jobs and their builds (records, console text, waiting for a build to finish).
+    pub fn builds(&self) -> &Arc<builds::Builds> {
+        &self.shared.builds
+    }
+
+    /// The plugin's client, when the double has a plugin URL.
+    pub fn plugin(&self) -> Option<&Arc<plugin::PluginClient>> {
+        self.shared.builds.plugin()
+    }
+
+    /// The plugin's counters, when the double has a plugin URL.
+    pub fn plugin_counters(&self) -> Option<plugin::Counters> {
+        self.plugin().map(|p| p.counters())
     }
 }
 

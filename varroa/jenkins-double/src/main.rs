@@ -6,6 +6,8 @@
 use clap::Parser;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
+use varroa_jenkins_double::plugin::PluginConfig;
 use varroa_jenkins_double::{JenkinsDouble, Options};
 
 /// A stand-in for Jenkins: the HTTP endpoints the mite uses, with Jenkins' status codes,
@@ -37,6 +39,38 @@ enum Command {
         /// Write the site's URL here once it listens.
         #[arg(long)]
         url_file: Option<PathBuf>,
+    },
+    /// Run builds at full speed through the Varroa plugin's client against a mite, and print
+    /// events/s and totals when the mite has answered for every event (exit status 1 when not
+    /// every event was accepted).
+    Load {
+        /// The mite's plugin listener.
+        #[arg(long = "plugin-url", env = "VARROA_PLUGIN_URL")]
+        plugin_url: String,
+        /// The file the mite writes the plugin token to.
+        #[arg(long = "token-file", env = "VARROA_PLUGIN_TOKEN_FILE", default_value = DEFAULT_PLUGIN_TOKEN_FILE)]
+        token_file: PathBuf,
+        /// Jobs (load-1, load-2, ...).
+        #[arg(long, default_value_t = 10)]
+        jobs: usize,
+        /// Builds per job.
+        #[arg(long, default_value_t = 100)]
+        builds: usize,
+        /// Builds running at once.
+        #[arg(long, default_value_t = 10)]
+        concurrency: usize,
+        /// Stages per build (each build sends 2 x stages + 4 events).
+        #[arg(long, default_value_t = 3)]
+        stages: usize,
+        /// Events per request (at most 500).
+        #[arg(long = "batch-size", default_value_t = varroa_link::builds::MAX_EVENTS_PER_BATCH)]
+        batch_size: usize,
+        /// Seconds to wait, after the last build, for the mite to answer for every event.
+        #[arg(long = "flush-timeout", default_value_t = 120)]
+        flush_timeout: u64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Print a YAML file with every plugin digest (`sha256` of a `plugins` list item) replaced by
     /// the stand-in file's that `update-site` serves.
@@ -80,20 +114,75 @@ struct Args {
     /// Executors of the built-in node unless the configuration sets jenkins.numExecutors.
     #[arg(long, env = "JENKINS_DOUBLE_EXECUTORS", default_value_t = 2)]
     executors: u32,
-    /// Job names listed in /api/json (comma-separated).
+    /// Job names listed in /api/json (comma-separated; not runnable, see --jobs-file).
     #[arg(long, env = "JENKINS_DOUBLE_JOBS", value_delimiter = ',')]
     jobs: Vec<String>,
+    /// Pipeline jobs the double runs (POST /__double/builds, POST /job/<name>/build), YAML or
+    /// JSON: `jobs: [{name, stages: [{name, duration_ms, result, console}], tests: {total,
+    /// failed, skipped}, console, result, trigger, queue_ms}]`.
+    #[arg(long = "jobs-file", env = "JENKINS_DOUBLE_JOBS_FILE")]
+    jobs_file: Option<PathBuf>,
+    /// The Varroa plugin's mite (the mite's plugin listener, http://127.0.0.1:8787). Without it,
+    /// builds run and send nothing, as in a Jenkins without the plugin.
+    #[arg(long = "plugin-url", env = "VARROA_PLUGIN_URL")]
+    plugin_url: Option<String>,
+    /// The file the mite writes the plugin token to (read at start and again after a 401).
+    #[arg(long = "plugin-token-file", env = "VARROA_PLUGIN_TOKEN_FILE", default_value = DEFAULT_PLUGIN_TOKEN_FILE)]
+    plugin_token_file: PathBuf,
+    /// Real time per configured build millisecond: 1 runs builds as long as configured, 0.01 a
+    /// hundred times faster, 0 at once (the events carry the configured times either way).
+    #[arg(long = "time-scale", env = "JENKINS_DOUBLE_TIME_SCALE", default_value_t = 1.0)]
+    time_scale: f64,
 }
+
+/// Where the mite writes the plugin token by default (docs/varroa/plugin-protocol.md).
+const DEFAULT_PLUGIN_TOKEN_FILE: &str = "/var/run/varroa/plugin/token";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
     let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()));
+    if matches!(cli.command, Some(Command::Load { .. })) {
+        // The report is the standard output; the logs go to the error output.
+        logs.with_writer(std::io::stderr).init();
+    } else {
+        logs.init();
+    }
     match cli.command {
         Some(Command::UpdateSite { listen, plugins_from, url_file }) => {
             return update_site(listen, plugins_from, url_file).await;
+        }
+        Some(Command::Load {
+            plugin_url,
+            token_file,
+            jobs,
+            builds,
+            concurrency,
+            stages,
+            batch_size,
+            flush_timeout,
+            json,
+        }) => {
+            let plugin = PluginConfig { batch_size, ..PluginConfig::new(plugin_url, token_file) };
+            let report = varroa_jenkins_double::load::run(varroa_jenkins_double::load::LoadOptions {
+                plugin,
+                jobs,
+                builds,
+                concurrency,
+                stages,
+                flush_timeout: Duration::from_secs(flush_timeout),
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+            if !report.complete {
+                anyhow::bail!("not every event was accepted by the mite (see the counts above)");
+            }
+            return Ok(());
         }
         Some(Command::Relock { file }) => {
             let text =
@@ -117,6 +206,19 @@ async fn main() -> anyhow::Result<()> {
         std::fs::metadata(p).map_err(|e| anyhow::anyhow!("--token-file {}: {e}", p.display()))?;
     }
     let listen = listen_address(args.listen, args.pod_ip.as_deref())?;
+    let build_jobs = match &args.jobs_file {
+        Some(f) => varroa_jenkins_double::builds::load_jobs(f).map_err(|e| anyhow::anyhow!("--jobs-file: {e}"))?,
+        None => Vec::new(),
+    };
+    let plugin = args
+        .plugin_url
+        .as_deref()
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| PluginConfig::new(u, args.plugin_token_file.clone()));
+    if plugin.is_none() {
+        tracing::info!("no VARROA_PLUGIN_URL: builds run and send no events (Jenkins without the Varroa plugin)");
+    }
     let opts = Options {
         listen,
         version: args.jenkins_version,
@@ -129,9 +231,13 @@ async fn main() -> anyhow::Result<()> {
         plugins_dir: args.plugins_dir,
         num_executors: args.executors,
         jobs: args.jobs.into_iter().filter(|j| !j.is_empty()).collect(),
+        build_jobs,
+        plugin,
+        time_scale: args.time_scale,
+        ..Options::default()
     };
     let double = JenkinsDouble::start(opts).await?;
-    tracing::info!(url = %double.url(), "Jenkins double is up");
+    tracing::info!(url = %double.url(), jobs = double.builds().jobs().count(), plugin = ?double.plugin().map(|p| p.config().url.clone()), "Jenkins double is up");
     tokio::select! {
         _ = double_wait(double) => {}
         _ = tokio::signal::ctrl_c() => {}

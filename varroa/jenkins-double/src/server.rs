@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 /// The largest request body read (a JCasC bundle is a few hundred KiB at most).
 const MAX_BODY: usize = 8 << 20;
 
-type Resp = Response<Full<Bytes>>;
+pub(crate) type Resp = Response<Full<Bytes>>;
 
 /// Serves until aborted; while refusing, the listener is closed and open connections dropped.
 pub(crate) async fn serve(shared: Arc<Shared>, first: TcpListener) {
@@ -189,7 +189,10 @@ async fn jenkins(shared: &Shared, req: Request<Incoming>) -> Resp {
         ("POST", "/configuration-as-code/check") => casc_check(shared, &body),
         ("POST", "/configuration-as-code/reload") => casc_reload(shared, &base),
         ("POST", "/configuration-as-code/export") => casc_export(shared),
-        _ => html(StatusCode::NOT_FOUND, "Not Found [Jenkins]", "<h2>Not Found</h2>"),
+        _ => match crate::job_pages::page(shared, &method, &path, &base).await {
+            Some(rsp) => rsp,
+            None => html(StatusCode::NOT_FOUND, "Not Found [Jenkins]", "<h2>Not Found</h2>"),
+        },
     }
 }
 
@@ -305,12 +308,15 @@ fn mode_and_executors(shared: &Shared) -> (String, u32) {
 fn root_json(shared: &Shared, base: &str) -> Value {
     let (mode, executors) = mode_and_executors(shared);
     let st = shared.state();
-    let jobs: Vec<Value> = shared
+    let configured = crate::job_pages::top_level_items(shared, base);
+    let mut jobs: Vec<Value> = shared
         .opts
         .jobs
         .iter()
+        .filter(|j| !configured.iter().any(|(n, _)| n == *j))
         .map(|j| json!({"_class": "hudson.model.FreeStyleProject", "name": j, "url": format!("{base}/job/{j}/"), "color": "blue"}))
         .collect();
+    jobs.extend(configured.into_iter().map(|(_, v)| v));
     let message = st.live.get("jenkins").and_then(|j| j.get("systemMessage")).cloned().unwrap_or(Value::Null);
     json!({
         "_class": "hudson.model.Hudson",
@@ -367,7 +373,7 @@ fn plugins_json(shared: &Shared, base: &str, depth: u32) -> Value {
 fn queue_json(shared: &Shared, base: &str) -> Value {
     let n = shared.state().queue_length;
     let now = millis_now();
-    let items: Vec<Value> = (1..=n)
+    let mut items: Vec<Value> = (1..=n)
         .map(|id| {
             json!({
                 "_class": "hudson.model.Queue$WaitingItem",
@@ -385,12 +391,35 @@ fn queue_json(shared: &Shared, base: &str) -> Value {
             })
         })
         .collect();
+    // The build jobs' builds in their quiet period.
+    let now_ts = shared.opts.clock.now();
+    for (job, _, id, since) in shared.builds.queue_items() {
+        let quiet = shared.builds.job(&job).map_or(0, |j| j.queue_ms);
+        let due = since.as_millisecond().saturating_add(quiet as i64);
+        let left = (due - now_ts.as_millisecond()).max(0) as f64 / 1000.0;
+        let short = job.rsplit('/').next().unwrap_or(&job).to_owned();
+        items.push(json!({
+            "_class": "hudson.model.Queue$WaitingItem",
+            "actions": [{"_class": "hudson.model.CauseAction", "causes": [crate::builds::cause_json(shared.builds.job(&job).map_or("user:admin", |j| j.trigger()))]}],
+            "blocked": false,
+            "buildable": false,
+            "id": id,
+            "inQueueSince": since.as_millisecond(),
+            "params": "",
+            "stuck": false,
+            "task": {"_class": "org.jenkinsci.plugins.workflow.job.WorkflowJob", "name": short, "url": crate::job_pages::job_url(base, &job), "color": crate::builds::color(&shared.builds.builds_of(&job))},
+            "url": format!("queue/item/{id}/"),
+            "why": format!("In the quiet period. Expires in {left:.1} sec"),
+            "timestamp": due,
+        }));
+    }
     json!({"_class": "hudson.model.Queue", "discoverableItems": [], "items": items})
 }
 
 fn computer_json(shared: &Shared) -> Value {
     let (_, total) = mode_and_executors(shared);
-    let busy = shared.state().busy_executors.min(total);
+    // The switch, plus the build jobs' running builds (each holds an executor in its `node`).
+    let busy = (shared.state().busy_executors as usize + shared.builds.running()).min(total as usize) as u32;
     let executors: Vec<Value> = (0..total).map(|_| json!({})).collect();
     json!({
         "_class": "hudson.model.ComputerSet",
@@ -486,18 +515,18 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-fn api_json(v: Value) -> Resp {
+pub(crate) fn api_json(v: Value) -> Resp {
     json_response(StatusCode::OK, "application/json;charset=utf-8", &v)
 }
 
-fn json_response(status: StatusCode, content_type: &'static str, v: &Value) -> Resp {
+pub(crate) fn json_response(status: StatusCode, content_type: &'static str, v: &Value) -> Resp {
     let mut rsp = Response::new(Full::new(Bytes::from(v.to_string())));
     *rsp.status_mut() = status;
     rsp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     rsp
 }
 
-fn html(status: StatusCode, title: &str, body: &str) -> Resp {
+pub(crate) fn html(status: StatusCode, title: &str, body: &str) -> Resp {
     let page = format!("<!DOCTYPE html><html><head><title>{}</title></head><body>{body}</body></html>", escape(title));
     let mut rsp = Response::new(Full::new(Bytes::from(page)));
     *rsp.status_mut() = status;
@@ -658,8 +687,73 @@ async fn admin_endpoint(shared: &Shared, path: String, req: Request<Incoming>) -
             }
             json_response(StatusCode::OK, "application/json", &json!({"ok": true}))
         }
+        ("POST", "builds") => run_builds(shared, &body).await,
+        ("GET", "plugin") => {
+            let Some(plugin) = shared.builds.plugin() else {
+                return json_response(StatusCode::OK, "application/json", &json!({"enabled": false}));
+            };
+            let mut v = serde_json::to_value(plugin.counters()).unwrap_or_default();
+            v["enabled"] = true.into();
+            v["url"] = plugin.config().url.clone().into();
+            v["tokenFile"] = plugin.config().token_file.display().to_string().into();
+            json_response(StatusCode::OK, "application/json", &v)
+        }
         _ => admin_error(StatusCode::NOT_FOUND, &format!("no admin endpoint {method} /__double/{path}")),
     }
+}
+
+/// The most builds one `POST /__double/builds` runs.
+const MAX_BUILDS_PER_REQUEST: u64 = 10_000;
+
+/// `POST /__double/builds {"job": "app", "count": 10, "wait": false}`.
+async fn run_builds(shared: &Shared, body: &[u8]) -> Resp {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Ask {
+        job: String,
+        #[serde(default = "one")]
+        count: u64,
+        #[serde(default)]
+        wait: bool,
+    }
+    fn one() -> u64 {
+        1
+    }
+    let ask: Ask = match serde_json::from_slice(body) {
+        Ok(a) => a,
+        Err(e) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                &format!("{e}; expected {{\"job\": \"<name>\", \"count\": n, \"wait\": false}}"),
+            );
+        }
+    };
+    if ask.count == 0 || ask.count > MAX_BUILDS_PER_REQUEST {
+        return admin_error(StatusCode::BAD_REQUEST, &format!("count: must be 1 to {MAX_BUILDS_PER_REQUEST}"));
+    }
+    let (numbers, all) = match shared.builds.trigger(&ask.job, ask.count as usize).await {
+        Ok(x) => x,
+        Err(e @ crate::builds::BuildsError::NoSuchJob { .. }) => {
+            return admin_error(StatusCode::NOT_FOUND, &e.to_string());
+        }
+        Err(e) => return admin_error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    };
+    if !ask.wait {
+        return json_response(StatusCode::OK, "application/json", &json!({"job": ask.job, "builds": numbers}));
+    }
+    let _ = all.await;
+    let results: Vec<Value> = numbers
+        .iter()
+        .map(|n| {
+            shared
+                .builds
+                .build(&ask.job, *n)
+                .and_then(|b| b.result)
+                .map(|r| Value::from(r.as_str()))
+                .unwrap_or(Value::Null)
+        })
+        .collect();
+    json_response(StatusCode::OK, "application/json", &json!({"job": ask.job, "builds": numbers, "results": results}))
 }
 
 fn admin_error(status: StatusCode, message: &str) -> Resp {
