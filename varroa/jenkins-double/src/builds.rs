@@ -665,7 +665,7 @@ impl Default for BuildsOptions {
 /// The jobs and their builds.
 #[derive(Debug)]
 pub struct Builds {
-    jobs: BTreeMap<String, Arc<JobConfig>>,
+    jobs: std::sync::RwLock<BTreeMap<String, Arc<JobConfig>>>,
     opts: BuildsOptions,
     records: Mutex<HashMap<String, JobRecords>>,
     changed: watch::Sender<u64>,
@@ -679,7 +679,7 @@ impl Builds {
     pub fn new(opts: BuildsOptions) -> Arc<Builds> {
         let jobs = opts.jobs.iter().map(|j| (j.name.clone(), Arc::new(j.clone()))).collect();
         Arc::new(Builds {
-            jobs,
+            jobs: std::sync::RwLock::new(jobs),
             opts,
             records: Mutex::new(HashMap::new()),
             changed: watch::Sender::new(0),
@@ -710,20 +710,40 @@ impl Builds {
         self.opts.plugin.as_ref()
     }
 
+    fn job_map(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<JobConfig>>> {
+        self.jobs.read().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The configured jobs, by name.
-    pub fn jobs(&self) -> impl Iterator<Item = &JobConfig> {
-        self.jobs.values().map(|j| j.as_ref())
+    pub fn jobs(&self) -> Vec<Arc<JobConfig>> {
+        self.job_map().values().cloned().collect()
     }
 
     /// One configured job.
-    pub fn job(&self, name: &str) -> Option<&JobConfig> {
-        self.jobs.get(name).map(|j| j.as_ref())
+    pub fn job(&self, name: &str) -> Option<Arc<JobConfig>> {
+        self.job_map().get(name).cloned()
+    }
+
+    /// Adds jobs, or replaces those of the same name (what a job-dsl seed job does in Jenkins:
+    /// `PUT /__double/jobs`). Every job is checked first; on an error none is changed. Builds
+    /// already running keep the definition they started with.
+    pub fn define(&self, jobs: Vec<JobConfig>) -> Result<(), JobsError> {
+        for j in &jobs {
+            j.validate()?;
+        }
+        let mut map = self.jobs.write().unwrap_or_else(|e| e.into_inner());
+        for j in jobs {
+            map.insert(j.name.clone(), Arc::new(j));
+        }
+        drop(map);
+        self.touch();
+        Ok(())
     }
 
     /// Whether `name` is a folder of some configured job.
     pub fn is_folder(&self, name: &str) -> bool {
         let prefix = format!("{name}/");
-        self.jobs.keys().any(|j| j.starts_with(&prefix))
+        self.job_map().keys().any(|j| j.starts_with(&prefix))
     }
 
     /// Events produced so far (sent to the plugin's client or not).
@@ -732,13 +752,10 @@ impl Builds {
     }
 
     fn job_arc(&self, name: &str) -> Result<Arc<JobConfig>, BuildsError> {
-        self.jobs.get(name).cloned().ok_or_else(|| BuildsError::NoSuchJob {
+        let jobs = self.job_map();
+        jobs.get(name).cloned().ok_or_else(|| BuildsError::NoSuchJob {
             job: name.to_owned(),
-            known: if self.jobs.is_empty() {
-                "none".into()
-            } else {
-                self.jobs.keys().cloned().collect::<Vec<_>>().join(", ")
-            },
+            known: if jobs.is_empty() { "none".into() } else { jobs.keys().cloned().collect::<Vec<_>>().join(", ") },
         })
     }
 

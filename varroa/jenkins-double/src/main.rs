@@ -237,7 +237,7 @@ async fn main() -> anyhow::Result<()> {
         ..Options::default()
     };
     let double = JenkinsDouble::start(opts).await?;
-    tracing::info!(url = %double.url(), jobs = double.builds().jobs().count(), plugin = ?double.plugin().map(|p| p.config().url.clone()), "Jenkins double is up");
+    tracing::info!(url = %double.url(), jobs = double.builds().jobs().len(), plugin = ?double.plugin().map(|p| p.config().url.clone()), "Jenkins double is up");
     tokio::select! {
         _ = double_wait(double) => {}
         _ = tokio::signal::ctrl_c() => {}

@@ -400,7 +400,7 @@ fn queue_json(shared: &Shared, base: &str) -> Value {
         let short = job.rsplit('/').next().unwrap_or(&job).to_owned();
         items.push(json!({
             "_class": "hudson.model.Queue$WaitingItem",
-            "actions": [{"_class": "hudson.model.CauseAction", "causes": [crate::builds::cause_json(shared.builds.job(&job).map_or("user:admin", |j| j.trigger()))]}],
+            "actions": [{"_class": "hudson.model.CauseAction", "causes": [crate::builds::cause_json(&shared.builds.job(&job).map_or_else(|| "user:admin".to_owned(), |j| j.trigger().to_owned()))]}],
             "blocked": false,
             "buildable": false,
             "id": id,
@@ -688,6 +688,17 @@ async fn admin_endpoint(shared: &Shared, path: String, req: Request<Incoming>) -
             json_response(StatusCode::OK, "application/json", &json!({"ok": true}))
         }
         ("POST", "builds") => run_builds(shared, &body).await,
+        // The jobs file's format (YAML or JSON): adds jobs, or replaces those of the same name.
+        ("PUT", "jobs") => {
+            let text = String::from_utf8_lossy(&body);
+            match crate::builds::parse_jobs(&text).and_then(|jobs| {
+                let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
+                shared.builds.define(jobs).map(|()| names)
+            }) {
+                Ok(names) => json_response(StatusCode::OK, "application/json", &json!({"jobs": names})),
+                Err(e) => admin_error(StatusCode::BAD_REQUEST, &e.to_string()),
+            }
+        }
         ("GET", "plugin") => {
             let Some(plugin) = shared.builds.plugin() else {
                 return json_response(StatusCode::OK, "application/json", &json!({"enabled": false}));

@@ -260,3 +260,32 @@ async fn a_running_build_shows_as_building_and_post_build_queues_one() {
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert!(t.contains("jobs"), "{t}");
 }
+
+#[tokio::test]
+async fn jobs_defined_at_run_time_run_like_configured_ones_and_a_bad_one_changes_nothing() {
+    let env = Env::start().await;
+    let put = |body: &'static str| {
+        let c = env.c.clone();
+        let url = format!("{}/__double/jobs", env.double.url());
+        async move {
+            let r = c.put(url).body(body).send().await.unwrap();
+            (r.status(), r.text().await.unwrap())
+        }
+    };
+    let (s, t) = put("jobs:\n  - name: team-b/svc\n    stages: [{name: Build, duration_ms: 10}]\n").await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    assert!(t.contains("team-b/svc"), "{t}");
+    let done = env.run("team-b/svc", 2).await;
+    assert_eq!(done["builds"], json!([1, 2]));
+    assert_eq!(env.json("/job/team-b/job/svc/2/api/json").await["result"], "SUCCESS");
+    // One bad job: nothing of the request is defined, and the error names the job and field.
+    let (s, t) = put("jobs:\n  - name: fine\n  - name: broken\n    stages: [{name: \"\", duration_ms: 1}]\n").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(t.contains("broken") && t.contains("stages[0].name"), "{t}");
+    assert_eq!(env.get("/job/fine/api/json").await.status(), StatusCode::NOT_FOUND);
+    // Redefining replaces: the next build of the job runs the new stages.
+    let (s, _) = put("[{name: team-b/svc, stages: [{name: Deploy, duration_ms: 1, result: FAILURE}]}]").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(env.run("team-b/svc", 1).await["builds"], json!([3]));
+    assert_eq!(env.json("/job/team-b/job/svc/3/api/json").await["result"], "FAILURE");
+}
