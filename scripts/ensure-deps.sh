@@ -83,3 +83,22 @@ if ! "$tools_bin/nats-server" --version 2>/dev/null | grep -qx "nats-server: v$N
   ln -sfn "$nats_target/bin/nats-server" "$tools_bin/nats-server"
   "$tools_bin/nats-server" --version
 fi
+
+# moto's S3 server (moto_server), for the S3 tests of varroa-blobs, the gateway and the CLI (the
+# log store; each test starts its own on a free port: varroa-blobs' testing::MotoServer). From
+# PyPI (moto[server], pinned), into a venv of its own under .tools/ (its Flask and boto pins stay
+# out of the system's Python); .tools/bin/moto_server links to it. Re-run with another version
+# pinned and the venv is made again.
+MOTO_VERSION=5.2.5
+moto_venv="$(pwd)/.tools/moto-$MOTO_VERSION"
+if ! "$moto_venv/bin/python" -c "import moto, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null \
+  || [ "$(readlink "$tools_bin/moto_server" 2>/dev/null)" != "$moto_venv/bin/moto_server" ]; then
+  echo "installing moto $MOTO_VERSION (moto_server) into $moto_venv (from PyPI)"
+  command -v python3 >/dev/null 2>&1 || { echo "python3 (with venv) is required to install moto" >&2; exit 1; }
+  rm -rf "$moto_venv"
+  python3 -m venv "$moto_venv"
+  "$moto_venv/bin/python" -m pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+  mkdir -p "$tools_bin"
+  ln -sfn "$moto_venv/bin/moto_server" "$tools_bin/moto_server"
+  "$tools_bin/moto_server" --help >/dev/null
+fi

@@ -1,0 +1,26 @@
+//! varroa-blobs: the blob store of Varroa's build data plane (docs/varroa/data-plane.md):
+//! console logs now, artifacts later, in object storage a platform team already runs.
+//!
+//! - [`store`]: store URLs (`file:///dir`, `s3://bucket/prefix?endpoint=...&region=...`) and the
+//!   [`BlobStore`] they open (object_store: a local directory, or S3 without aws-lc-rs or
+//!   openssl: rustls on ring).
+//! - [`credentials`]: S3 credentials from a file, re-read when it changes.
+//! - [`logs`]: a console log's objects (one per chunk, named by its start offset, and a
+//!   completion marker), the gateway's chunk writer with its offset semantics and end cache,
+//!   reading and following a log; the live-tail notice the gateway publishes on core NATS.
+//! - `testing` (cargo feature `testing`): a real moto S3 server, and a TCP proxy that can cut the
+//!   way to it.
+//!
+//! Artifacts are not built. Their design: the plugin writes them straight to the store (not
+//! through the mite and the gateway: they can be large), each cell under its own prefix
+//! `artifacts/<cluster>/<namespace>/<controller>/cell-<n>/...`, with a credential scoped to that
+//! prefix.
+
+pub mod credentials;
+pub mod logs;
+pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use logs::{ChunkError, ChunkOutcome, Follower, LogKey, LogState, LogWriter, Logs, Notice};
+pub use store::{BlobError, BlobStore, StoreError, StoreSettings, StoreUrl};
