@@ -12,10 +12,46 @@
 //! a small fixed set per `source` (the gateway's, for mite-observed changes, are the `MITE_*`
 //! constants here); readers must accept kinds they do not know.
 
+use std::time::Duration;
+
+use async_nats::jetstream;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::kv::{ControllerKey, KvError};
+
+/// The JetStream stream that captures every activity subject for the recorder, which drains it
+/// into the `activity` table. Publishers keep publishing on core NATS: the stream stores what is
+/// published on its subjects, whether it exists yet or not (events published while it does not
+/// are only seen live).
+pub const STREAM: &str = "varroa_activity";
+/// The subjects [`STREAM`] captures: every controller's and the global activity.
+pub const STREAM_SUBJECTS: &str = "activity.>";
+/// How long [`STREAM`] keeps an event the recorder has not consumed (a recorder down longer than
+/// this loses the oldest activity; the live feed is unaffected).
+pub const STREAM_MAX_AGE: Duration = Duration::from_secs(72 * 3600);
+
+/// The settings of [`STREAM`]. `replicas` is the JetStream replica count (1 for one server).
+pub fn stream_config(replicas: usize) -> jetstream::stream::Config {
+    jetstream::stream::Config {
+        name: STREAM.to_owned(),
+        description: Some("Varroa: activity events (published on core NATS, drained by the recorder)".into()),
+        subjects: vec![STREAM_SUBJECTS.to_owned()],
+        retention: jetstream::stream::RetentionPolicy::Limits,
+        storage: jetstream::stream::StorageType::File,
+        max_age: STREAM_MAX_AGE,
+        num_replicas: replicas.max(1),
+        discard: jetstream::stream::DiscardPolicy::Old,
+        ..Default::default()
+    }
+}
+
+/// Opens [`STREAM`], creating it with [`stream_config`] when it does not exist yet.
+pub async fn open_stream(js: &jetstream::Context, replicas: usize) -> Result<jetstream::stream::Stream, KvError> {
+    js.get_or_create_stream(stream_config(replicas))
+        .await
+        .map_err(|e| KvError::Stream { stream: STREAM, message: e.to_string() })
+}
 
 /// `source` of events the gateway publishes from what a mite reports.
 pub const SOURCE_MITE: &str = "mite";
@@ -114,6 +150,15 @@ pub fn observation_changes(old: &crate::kv::Observation, new: &crate::kv::Observ
 mod tests {
     use super::*;
     use crate::kv::Observation;
+
+    #[test]
+    fn the_stream_captures_every_activity_subject_for_three_days() {
+        let cfg = stream_config(3);
+        assert_eq!((cfg.name.as_str(), cfg.subjects.as_slice()), (STREAM, ["activity.>".to_owned()].as_slice()));
+        assert_eq!(cfg.max_age, Duration::from_secs(72 * 3600));
+        assert_eq!(cfg.num_replicas, 3);
+        assert_eq!(stream_config(0).num_replicas, 1);
+    }
 
     #[test]
     fn subjects_and_their_validation() {

@@ -56,6 +56,8 @@ impl DbSettings {
             self.url.parse().map_err(|e: tokio_postgres::Error| DbError::Url(e.to_string()))?;
         config.application_name(&self.application_name);
         config.connect_timeout(std::time::Duration::from_secs(10));
+        // A server that vanished without closing the connection is noticed within a minute.
+        config.keepalives_idle(std::time::Duration::from_secs(30));
         if let Some(path) = &self.password_file {
             config.password(read_password(path)?);
         }

@@ -1,10 +1,14 @@
 //! `varroa-recorder`: see the library docs and docs/varroa/data-plane.md.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use varroa_link::nats::ConnectSettings;
 use varroa_recorder::db::DbSettings;
+use varroa_recorder::{ConsumerSettings, RecorderConfig, RetentionSettings};
 
 /// The Varroa recorder: build records, activity and the claim ledger in PostgreSQL.
 #[derive(Debug, Parser)]
@@ -25,13 +29,101 @@ struct Database {
     database_password_file: Option<PathBuf>,
 }
 
+#[derive(Debug, clap::Args)]
+struct Run {
+    #[command(flatten)]
+    database: Database,
+    /// The NATS server URL(s), comma-separated.
+    #[arg(long, env = "VARROA_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// The NATS credentials file (`user=...` and `password=...` lines), re-read on every
+    /// reconnect. Without it the recorder connects without authentication.
+    #[arg(long, env = "VARROA_NATS_CREDENTIALS_FILE")]
+    nats_credentials_file: Option<PathBuf>,
+    /// The plain-HTTP address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "VARROA_RECORDER_HEALTH_LISTEN", default_value = "0.0.0.0:8080")]
+    health_listen: SocketAddr,
+    /// JetStream replicas of varroa_builds and varroa_activity when the recorder creates them
+    /// (3 on a 3-node NATS).
+    #[arg(long, env = "VARROA_NATS_STREAM_REPLICAS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=5))]
+    stream_replicas: u64,
+    /// The most events pulled and applied in one PostgreSQL transaction.
+    #[arg(long, env = "VARROA_RECORDER_BATCH_SIZE", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=2000))]
+    batch_size: u64,
+    /// How long JetStream waits for a recorder to acknowledge a message before it hands it to
+    /// another (a recorder killed mid-batch delays those events by this much). The consumer is
+    /// shared: give every replica the same value.
+    #[arg(long, env = "VARROA_RECORDER_ACK_WAIT_SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    ack_wait_seconds: u64,
+    /// Days build records and activity are kept; 0 keeps them forever.
+    #[arg(long, env = "VARROA_RECORDER_RETENTION_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(0..=36500))]
+    retention_days: u32,
+    /// This replica's name in NATS' connection list [default: $POD_NAME, else the hostname].
+    #[arg(long, env = "VARROA_RECORDER_REPLICA")]
+    replica: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Consume varroa_builds and varroa_activity into PostgreSQL, prune by age, serve health
+    /// and metrics (migrates the schema first).
+    Run(Box<Run>),
     /// Bring the schema up to date and exit (run also does this at start).
     Migrate {
         #[command(flatten)]
         database: Database,
     },
+}
+
+fn replica_name(flag: Option<String>) -> String {
+    flag.filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "varroa-recorder".to_owned())
+}
+
+async fn run(args: Run) -> anyhow::Result<()> {
+    let replica = replica_name(args.replica);
+    let config = RecorderConfig {
+        database: DbSettings {
+            url: args.database.database_url,
+            password_file: args.database.database_password_file,
+            application_name: format!("varroa-recorder/{replica}"),
+        },
+        nats: ConnectSettings {
+            url: args.nats_url,
+            credentials_file: args.nats_credentials_file,
+            name: format!("varroa-recorder/{replica}"),
+            max_reconnect_delay: Duration::from_secs(5),
+        },
+        health_listen: args.health_listen,
+        consumers: ConsumerSettings {
+            batch_size: args.batch_size as usize,
+            ack_wait: Duration::from_secs(args.ack_wait_seconds),
+            stream_replicas: args.stream_replicas as usize,
+        },
+        retention: RetentionSettings { days: args.retention_days, ..Default::default() },
+    };
+    let mut running = varroa_recorder::start(config).await.context("starting varroa-recorder")?;
+    tracing::info!(health = %running.health_addr, %replica, "varroa-recorder running");
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
+    let fatal = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+        reason = running.fatal() => Some(reason),
+    };
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    match fatal {
+        None => Ok(()),
+        Some(reason) => Err(anyhow::anyhow!(reason).context("varroa-recorder cannot run against this database")),
+    }
 }
 
 #[tokio::main]
@@ -41,6 +133,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     match args.command {
+        Command::Run(run_args) => run(*run_args).await?,
         Command::Migrate { database } => {
             let settings = DbSettings {
                 url: database.database_url,

@@ -24,8 +24,10 @@ pub struct Migration {
 }
 
 /// The migrations this recorder knows, in order.
-pub const MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, name: "build_records", sql: include_str!("../migrations/0001_build_records.sql") }];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "build_records", sql: include_str!("../migrations/0001_build_records.sql") },
+    Migration { version: 2, name: "retention_by_age", sql: include_str!("../migrations/0002_retention_by_age.sql") },
+];
 
 /// The advisory lock key the migration holds (`'varroa-recorder migrate'` as a number).
 pub const LOCK_KEY: i64 = 0x7661_7272_6f61_6d31;

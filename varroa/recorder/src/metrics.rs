@@ -1,0 +1,206 @@
+//! The recorder's Prometheus metrics (served on `/metrics` of the health port), all under the
+//! `varroa_recorder_` prefix. Label values come from fixed sets, never from a message.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindOutcome {
+    kind: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Operation {
+    operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Table {
+    table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StreamLabel {
+    stream: String,
+}
+
+/// The recorder's metrics.
+pub struct Metrics {
+    events: Family<KindOutcome, Counter>,
+    batch_apply_seconds: Histogram,
+    batches: Family<Outcome, Counter>,
+    pg_errors: Family<Operation, Counter>,
+    nats_errors: Family<Operation, Counter>,
+    activity_rows: Family<Outcome, Counter>,
+    pruned_rows: Family<Table, Counter>,
+    retention_statements: Counter,
+    consumer_pending: Family<StreamLabel, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            events: Family::default(),
+            // 1 ms to about 16 s.
+            batch_apply_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            batches: Family::default(),
+            pg_errors: Family::default(),
+            nats_errors: Family::default(),
+            activity_rows: Family::default(),
+            pruned_rows: Family::default(),
+            retention_statements: Counter::default(),
+            consumer_pending: Family::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric in `registry` under the `varroa_recorder_` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("varroa_recorder");
+        r.register(
+            "events",
+            "Build events consumed from varroa_builds, by kind and outcome (applied, duplicate: already applied, malformed: terminated)",
+            self.events.clone(),
+        );
+        r.register(
+            "batch_apply_seconds",
+            "Time to apply one batch of build events in PostgreSQL (one transaction)",
+            self.batch_apply_seconds.clone(),
+        );
+        r.register(
+            "batches",
+            "Batches of build events, by outcome (committed, failed: not acknowledged, redelivered later)",
+            self.batches.clone(),
+        );
+        r.register(
+            "pg_errors",
+            "PostgreSQL errors, by operation (connect, builds, activity, retention)",
+            self.pg_errors.clone(),
+        );
+        r.register(
+            "nats_errors",
+            "JetStream errors (opening the streams and consumers, fetching), by operation",
+            self.nats_errors.clone(),
+        );
+        r.register(
+            "activity_rows",
+            "Activity events consumed from varroa_activity, by outcome (inserted, duplicate, malformed)",
+            self.activity_rows.clone(),
+        );
+        r.register("pruned_rows", "Rows deleted by retention, by table", self.pruned_rows.clone());
+        r.register("retention_statements", "DELETE statements run by retention", self.retention_statements.clone());
+        r.register(
+            "consumer_pending",
+            "Messages of a stream not yet acknowledged by the recorders (pending and in flight), by stream",
+            self.consumer_pending.clone(),
+        );
+    }
+
+    /// Counts `n` build events of `kind` with `outcome`.
+    pub fn event(&self, kind: &str, outcome: &str, n: u64) {
+        if n > 0 {
+            self.events.get_or_create(&KindOutcome { kind: kind.into(), outcome: outcome.into() }).inc_by(n);
+        }
+    }
+
+    /// How many build events of `kind` had `outcome`.
+    pub fn events(&self, kind: &str, outcome: &str) -> u64 {
+        self.events.get_or_create(&KindOutcome { kind: kind.into(), outcome: outcome.into() }).get()
+    }
+
+    /// How many build events of any kind had `outcome`.
+    pub fn events_total(&self, outcome: &str) -> u64 {
+        let mut kinds: Vec<&str> = varroa_link::builds::KINDS.to_vec();
+        kinds.push(crate::ingest::UNKNOWN_KIND);
+        kinds.iter().map(|k| self.events(k, outcome)).sum()
+    }
+
+    /// Observes one batch's apply time.
+    pub fn batch_applied(&self, seconds: f64, committed: bool) {
+        if committed {
+            self.batch_apply_seconds.observe(seconds);
+        }
+        self.batches.get_or_create(&Outcome { outcome: if committed { "committed" } else { "failed" }.into() }).inc();
+    }
+
+    /// How many batches had `outcome` (`committed`, `failed`).
+    pub fn batches(&self, outcome: &str) -> u64 {
+        self.batches.get_or_create(&Outcome { outcome: outcome.into() }).get()
+    }
+
+    /// Counts a PostgreSQL error of `operation`.
+    pub fn pg_error(&self, operation: &str) {
+        self.pg_errors.get_or_create(&Operation { operation: operation.into() }).inc();
+    }
+
+    /// How many PostgreSQL errors `operation` met.
+    pub fn pg_errors(&self, operation: &str) -> u64 {
+        self.pg_errors.get_or_create(&Operation { operation: operation.into() }).get()
+    }
+
+    /// Counts a JetStream error of `operation`.
+    pub fn nats_error(&self, operation: &str) {
+        self.nats_errors.get_or_create(&Operation { operation: operation.into() }).inc();
+    }
+
+    /// How many JetStream errors `operation` met.
+    pub fn nats_errors(&self, operation: &str) -> u64 {
+        self.nats_errors.get_or_create(&Operation { operation: operation.into() }).get()
+    }
+
+    /// Counts `n` activity events with `outcome`.
+    pub fn activity(&self, outcome: &str, n: u64) {
+        if n > 0 {
+            self.activity_rows.get_or_create(&Outcome { outcome: outcome.into() }).inc_by(n);
+        }
+    }
+
+    /// How many activity events had `outcome`.
+    pub fn activity_rows(&self, outcome: &str) -> u64 {
+        self.activity_rows.get_or_create(&Outcome { outcome: outcome.into() }).get()
+    }
+
+    /// Counts one DELETE statement of retention.
+    pub fn retention_statement(&self) {
+        self.retention_statements.inc();
+    }
+
+    /// Counts rows retention deleted from `table`.
+    pub fn pruned(&self, table: &str, rows: u64) {
+        if rows > 0 {
+            self.pruned_rows.get_or_create(&Table { table: table.into() }).inc_by(rows);
+        }
+    }
+
+    /// How many rows retention deleted from `table`.
+    pub fn pruned_rows(&self, table: &str) -> u64 {
+        self.pruned_rows.get_or_create(&Table { table: table.into() }).get()
+    }
+
+    /// How many DELETE statements retention ran.
+    pub fn retention_statements(&self) -> u64 {
+        self.retention_statements.get()
+    }
+
+    /// Sets the backlog of `stream`'s consumer.
+    pub fn set_pending(&self, stream: &str, pending: u64) {
+        self.consumer_pending.get_or_create(&StreamLabel { stream: stream.into() }).set(pending as i64);
+    }
+}
