@@ -10,6 +10,8 @@
 //! - [`desired`]: the mirror of the `varroa_desired` bucket the streams read.
 //! - Build events: [`service`] stores each `BuildEvents` batch in the `varroa_builds` stream
 //!   (opened here with the buckets) and answers it with an `EventsAck`.
+//! - Console logs: [`service`] writes each `LogChunk` to the log store ([`start_with`]'s
+//!   `--log-store`, through [`varroa_blobs`]) and answers it with a `LogAck`.
 //! - NATS through [`varroa_link::nats::connect`]: the credential is re-read from its file on
 //!   every reconnect, so a rotated password needs no restart either.
 //!
@@ -79,6 +81,10 @@ pub enum StartError {
     /// NATS could not be set up (an invalid URL; an unreachable server is retried instead).
     #[error(transparent)]
     Nats(#[from] varroa_link::nats::NatsError),
+    /// The log store's URL or credentials file is unusable (a store that is away is not an
+    /// error: chunks are answered retry until it answers).
+    #[error("--log-store: {0}")]
+    LogStore(#[from] varroa_blobs::StoreError),
 }
 
 /// A started gateway.
@@ -113,9 +119,19 @@ impl RunningGateway {
 }
 
 /// Binds the listeners and starts serving; returns at once (NATS is connected in the background,
-/// and streams are refused with `UNAVAILABLE` until it is).
+/// and streams are refused with `UNAVAILABLE` until it is). Without a log store: log chunks are
+/// answered retry ([`start_with`] gives one).
 pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> {
+    start_with(config, None).await
+}
+
+/// [`start`], writing console logs into the store `log_store` names (the binary's `--log-store`).
+pub async fn start_with(
+    config: GatewayConfig,
+    log_store: Option<varroa_blobs::StoreSettings>,
+) -> Result<RunningGateway, StartError> {
     varroa_link::activity::global_subject(&config.options.cluster).map_err(StartError::Cluster)?;
+    let log_store = log_store.map(|s| varroa_blobs::BlobStore::open(&s)).transpose()?;
     let metrics = Arc::new(metrics::Metrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
@@ -145,6 +161,13 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
     let (builds_tx, builds_rx) = watch::channel(None);
     let desired = Arc::new(desired::DesiredCache::default());
     let activity = service::Activity::new(client.clone(), config.options.cluster.clone());
+    let logs = log_store.map(|store| {
+        tracing::info!(store = %store.url(), "console logs go to this store");
+        Arc::new(service::LogSink {
+            writer: varroa_blobs::LogWriter::new(varroa_blobs::Logs::new(store)),
+            nats: Some(client.clone()),
+        })
+    });
     let gateway = Gateway::new(
         config.options.clone(),
         mites_rx,
@@ -153,6 +176,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, StartError> 
         metrics.clone(),
         shutdown_rx.clone(),
         Some(activity),
+        logs,
     );
 
     let mut tasks = Vec::new();

@@ -51,6 +51,15 @@ struct Args {
     /// The cluster's name in activity subjects (activity.<cluster>.<ns>.<ctrl>); a DNS-1123 label.
     #[arg(long, env = "VARROA_CLUSTER", default_value = "local")]
     cluster: String,
+    /// Where console logs are written: a local directory (`file:///var/lib/varroa/logs`, created
+    /// on the first write) or S3 (`s3://bucket/prefix?endpoint=https://host:port&region=name`;
+    /// credentials from the AWS environment or --log-store-credentials-file).
+    #[arg(long, env = "VARROA_LOG_STORE", default_value = varroa_blobs::store::DEFAULT_URL)]
+    log_store: String,
+    /// An S3 credentials file (`access_key_id=...`, `secret_access_key=...`, optionally
+    /// `session_token=...` lines), re-read when it changes. Without it: the AWS environment.
+    #[arg(long, env = "VARROA_LOG_STORE_CREDENTIALS_FILE")]
+    log_store_credentials_file: Option<PathBuf>,
     /// How long a mite may take to send its Hello, in seconds.
     #[arg(long, env = "VARROA_GATEWAY_HELLO_TIMEOUT_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     hello_timeout_seconds: u64,
@@ -96,7 +105,9 @@ async fn main() -> anyhow::Result<()> {
             max_streams: args.max_streams,
         },
     };
-    let running = varroa_gateway::start(config).await.context("starting varroa-gateway")?;
+    let log_store =
+        varroa_blobs::StoreSettings { url: args.log_store, credentials_file: args.log_store_credentials_file };
+    let running = varroa_gateway::start_with(config, Some(log_store)).await.context("starting varroa-gateway")?;
     tracing::info!(grpc = %running.grpc_addr, health = %running.health_addr, %replica, "varroa-gateway serving");
     let mut term =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;

@@ -32,6 +32,8 @@ pub struct Metrics {
     tls_reloads: Family<Reason, Counter>,
     build_events: Family<Outcome, Counter>,
     build_batches: Family<Outcome, Counter>,
+    log_chunks: Family<Outcome, Counter>,
+    log_bytes: Counter,
 }
 
 impl Metrics {
@@ -58,6 +60,17 @@ impl Metrics {
             "BuildEvents batches, by outcome (stored, rejected, oversized, retry, busy, not_ready)",
             self.build_batches.clone(),
         );
+        r.register(
+            "log_chunks",
+            "Console log chunks received from mites, by outcome (stored, duplicate, conflict, refused, retry, busy, no_store)",
+            self.log_chunks.clone(),
+        );
+        r.register("log_bytes", "Console log bytes written to the log store", self.log_bytes.clone());
+    }
+    /// Counts a log chunk with `outcome`, and the bytes it wrote.
+    pub fn log_chunk(&self, outcome: &'static str, bytes: usize) {
+        self.log_chunks.get_or_create(&Outcome { outcome }).inc();
+        self.log_bytes.inc_by(bytes as u64);
     }
     /// Counts `n` build events with `outcome`.
     pub fn build_events(&self, outcome: &'static str, n: usize) {

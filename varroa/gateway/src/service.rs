@@ -37,6 +37,15 @@
 //!    The `EventsAck` is sent once JetStream acknowledged every publish (a duplicate it dropped
 //!    counts as accepted); any failure, or no acknowledgement within [`PUBLISH_TIMEOUT`], answers
 //!    the whole batch with `retry_after_ms` and the mite sends it again whole.
+//! 7. **Console logs.** Each `LogChunk` is written in its own task, at most
+//!    [`MAX_LOG_CHUNKS_IN_FLIGHT`] per stream (more are answered retry at once), under
+//!    `logs/<cluster>/<ns>/<controller>/` of this stream's certificate (the chunk names only its
+//!    job and build: a tenant cannot write another controller's log). The job, build and size are
+//!    checked again; [`varroa_blobs::LogWriter`] gives the offset semantics (a conditional create
+//!    per chunk, a retry answered as the first time, a conflict with the stored end). The
+//!    `LogAck` is sent once the write landed; a store that fails, or does not answer within
+//!    [`LOG_WRITE_TIMEOUT`], answers retry. After each landed chunk a [`varroa_blobs::Notice`] is
+//!    published on core NATS (`varroa.logs.<cluster>.<ns>.<controller>`) for live tails.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -131,6 +140,25 @@ pub const STORE_RETRY_AFTER_MS: u32 = 2_000;
 pub const BUSY_RETRY_AFTER_MS: u32 = 1_000;
 /// The longest error text of a rejected event.
 const MAX_REJECTION_TEXT: usize = 512;
+/// The most `LogChunk`s one stream has being written at once; more are answered retry
+/// ([`BUSY_RETRY_AFTER_MS`]) at once.
+pub const MAX_LOG_CHUNKS_IN_FLIGHT: usize = 4;
+/// How long writing one chunk may take (below the mite's 10 s wait for the ack, so the mite hears
+/// "retry" rather than nothing).
+pub const LOG_WRITE_TIMEOUT: Duration = Duration::from_secs(8);
+/// The retry asked for when the log store failed.
+pub const LOG_RETRY_AFTER_MS: u32 = 2_000;
+/// The retry asked for when this gateway has no log store at all (a library user that did not
+/// configure one; the binary always has one).
+pub const NO_LOG_STORE_RETRY_AFTER_MS: u32 = 30_000;
+
+/// Where console log chunks go: the log store, and NATS for the live-tail notices.
+pub struct LogSink {
+    /// The chunk writer (with its per-build end cache).
+    pub writer: varroa_blobs::LogWriter,
+    /// Where the notices are published; `None`: none are.
+    pub nats: Option<async_nats::Client>,
+}
 
 /// Where build events are published: the JetStream context, once the `varroa_builds` stream is
 /// open.
@@ -154,6 +182,7 @@ pub struct Shared {
     /// Becomes true when the replica shuts down: every stream ends (`shutting_down`).
     stopping: watch::Receiver<bool>,
     activity: Option<Activity>,
+    logs: Option<Arc<LogSink>>,
 }
 
 /// The service (cheap to clone).
@@ -163,8 +192,9 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A service writing into the `varroa_mites` store once `mites` holds one, and build events
-    /// into `varroa_builds` once `builds` holds its context.
+    /// A service writing into the `varroa_mites` store once `mites` holds one, build events
+    /// into `varroa_builds` once `builds` holds its context, and console logs into `logs`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         options: GatewayOptions,
         mites: watch::Receiver<Option<Store>>,
@@ -173,6 +203,7 @@ impl Gateway {
         metrics: Arc<Metrics>,
         stopping: watch::Receiver<bool>,
         activity: Option<Activity>,
+        logs: Option<Arc<LogSink>>,
     ) -> Self {
         Gateway {
             shared: Arc::new(Shared {
@@ -184,6 +215,7 @@ impl Gateway {
                 sessions: Mutex::default(),
                 stopping,
                 activity,
+                logs,
             }),
         }
     }
@@ -329,6 +361,7 @@ impl MiteLink for Gateway {
             last_sent_digest: None,
             hello,
             batches: Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT)),
+            log_chunks: Arc::new(Semaphore::new(MAX_LOG_CHUNKS_IN_FLIGHT)),
         };
         // Everything from here runs in the session's own task: the handler returns at once, so a
         // client that goes away while the entry is written cannot leave a registered session
@@ -360,6 +393,8 @@ struct Session {
     hello: pb::Hello,
     /// Permits for build-event batches being stored.
     batches: Arc<Semaphore>,
+    /// Permits for log chunks being written.
+    log_chunks: Arc<Semaphore>,
 }
 
 /// Where a stream's events come from: what the gateway stamps on them.
@@ -464,6 +499,97 @@ async fn store_batch(shared: &Shared, sink: &BuildsSink, stamp: &Stamp, batch: p
     m.build_batch("retry");
     m.build_events("retry", records.len());
     ack(0, Vec::new(), STORE_RETRY_AFTER_MS)
+}
+
+fn log_ack(
+    id: u64,
+    outcome: pb::LogOutcome,
+    next: u64,
+    complete: bool,
+    retry_after_ms: u32,
+    error: String,
+) -> pb::LogAck {
+    pb::LogAck {
+        id,
+        outcome: outcome as i32,
+        next,
+        complete,
+        retry_after_ms,
+        error: kv::bounded(&error, MAX_REJECTION_TEXT),
+    }
+}
+
+/// Writes one chunk; the `LogAck` to send. A landed chunk is announced on core NATS.
+async fn write_log_chunk(
+    shared: &Shared,
+    sink: &LogSink,
+    mite: &MiteKey,
+    key: &varroa_blobs::LogKey,
+    chunk: pb::LogChunk,
+) -> pb::LogAck {
+    use varroa_blobs::{ChunkError, ChunkOutcome};
+    let m = &shared.metrics;
+    let len = chunk.data.len();
+    let write = sink.writer.write_chunk(key, chunk.offset, chunk.data.into(), chunk.last);
+    let outcome = match tokio::time::timeout(LOG_WRITE_TIMEOUT, write).await {
+        Ok(r) => r,
+        Err(_) => {
+            m.log_chunk("retry", 0);
+            tracing::warn!(%mite, log = %key.prefix(), offset = chunk.offset, "the log store did not answer within {LOG_WRITE_TIMEOUT:?}; the mite will send the chunk again");
+            return log_ack(
+                chunk.id,
+                pb::LogOutcome::Retry,
+                0,
+                false,
+                LOG_RETRY_AFTER_MS,
+                format!("the log store did not answer within {LOG_WRITE_TIMEOUT:?}; keep the log and retry"),
+            );
+        }
+    };
+    match outcome {
+        Ok(ChunkOutcome::Stored { next, duplicate, complete }) => {
+            m.log_chunk(if duplicate { "duplicate" } else { "stored" }, if duplicate { 0 } else { len });
+            if let Some(nats) = &sink.nats {
+                let subject = varroa_blobs::logs::notice_subject(key.cluster(), key.namespace(), key.controller());
+                let notice =
+                    varroa_blobs::Notice { job: key.job().to_owned(), build: key.build(), next, last: complete };
+                if let Err(e) = nats.publish(subject, kv::encode(&notice)).await {
+                    tracing::debug!(error = %e, "cannot publish a log notice (live tails poll the store anyway)");
+                }
+            }
+            log_ack(chunk.id, pb::LogOutcome::Stored, next, complete, 0, String::new())
+        }
+        Ok(ChunkOutcome::Conflict { next, complete }) => {
+            m.log_chunk("conflict", 0);
+            tracing::debug!(%mite, log = %key.prefix(), offset = chunk.offset, next, complete, "log chunk not at the stored end");
+            let error = if complete {
+                format!("the log of {} is complete at {next} bytes: nothing more is stored", key.describe())
+            } else {
+                format!(
+                    "offset {} is not the stored end of the log of {}: it is stored up to {next}; send from there",
+                    chunk.offset,
+                    key.describe()
+                )
+            };
+            log_ack(chunk.id, pb::LogOutcome::Conflict, next, complete, 0, error)
+        }
+        Err(ChunkError::Invalid(why)) => {
+            m.log_chunk("refused", 0);
+            log_ack(chunk.id, pb::LogOutcome::Refused, 0, false, 0, why)
+        }
+        Err(ChunkError::Store(e)) => {
+            m.log_chunk("retry", 0);
+            tracing::warn!(%mite, log = %key.prefix(), offset = chunk.offset, error = %e, "cannot write a log chunk now; the mite will send it again");
+            log_ack(
+                chunk.id,
+                pb::LogOutcome::Retry,
+                0,
+                false,
+                LOG_RETRY_AFTER_MS,
+                format!("the log store cannot take the chunk now ({e}); keep the log and retry"),
+            )
+        }
+    }
 }
 
 enum Write {
@@ -615,6 +741,70 @@ impl Session {
         });
     }
 
+    /// Starts writing a log chunk in its own task, or answers it at once (malformed, too many in
+    /// flight, no log store).
+    fn log_chunk(&self, chunk: pb::LogChunk, tx: &mpsc::Sender<Result<GatewayMessage, Status>>) {
+        let m = &self.shared.metrics;
+        let answer_now = |ack: pb::LogAck| {
+            if tx.try_send(Ok(message(gateway_message::Kind::LogAck(ack)))).is_err() {
+                tracing::warn!(mite = %self.key, "cannot queue a LogAck: the mite does not read its stream");
+            }
+        };
+        let id = chunk.id;
+        let refuse = |error: String| {
+            m.log_chunk("refused", 0);
+            tracing::warn!(mite = %self.key, id, error = %kv::bounded(&error, kv::MAX_SHORT_FIELD), "log chunk refused as malformed");
+            answer_now(log_ack(id, pb::LogOutcome::Refused, 0, false, 0, error));
+        };
+        let retry = |outcome: &'static str, ms: u32, error: String| {
+            m.log_chunk(outcome, 0);
+            answer_now(log_ack(id, pb::LogOutcome::Retry, 0, false, ms, error));
+        };
+        if chunk.data.len() > varroa_blobs::logs::MAX_CHUNK_BYTES {
+            return refuse(format!(
+                "the chunk is {} bytes, at most {}: send smaller chunks",
+                chunk.data.len(),
+                varroa_blobs::logs::MAX_CHUNK_BYTES
+            ));
+        }
+        let key = match varroa_blobs::LogKey::new(
+            &self.shared.options.cluster,
+            self.controller.namespace(),
+            self.controller.controller(),
+            &chunk.job,
+            chunk.build,
+        ) {
+            Ok(k) => k,
+            Err(e) => return refuse(e.to_string()),
+        };
+        let Some(sink) = self.shared.logs.clone() else {
+            return retry(
+                "no_store",
+                NO_LOG_STORE_RETRY_AFTER_MS,
+                "this gateway has no log store (--log-store); keep the log".into(),
+            );
+        };
+        let Ok(permit) = self.log_chunks.clone().try_acquire_owned() else {
+            return retry(
+                "busy",
+                BUSY_RETRY_AFTER_MS,
+                format!("{MAX_LOG_CHUNKS_IN_FLIGHT} chunks of this controller cell are being written; retry"),
+            );
+        };
+        let shared = self.shared.clone();
+        let mite = self.key.clone();
+        let tx = tx.clone();
+        let wait = shared.options.heartbeat_interval * 3;
+        tokio::spawn(async move {
+            let ack = write_log_chunk(&shared, &sink, &mite, &key, chunk).await;
+            let msg = Ok(message(gateway_message::Kind::LogAck(ack)));
+            if let Ok(Err(_)) | Err(_) = tokio::time::timeout(wait, tx.send(msg)).await {
+                tracing::debug!(%mite, "the stream ended before its LogAck could be sent");
+            }
+            drop(permit);
+        });
+    }
+
     /// Sends `current` unless this stream already got its digest. False when the mite does not
     /// take it within three heartbeat intervals (it stopped reading: the stream is ended).
     async fn send_desired(
@@ -717,6 +907,10 @@ impl Session {
                         Some(mite_message::Kind::BuildEvents(batch)) => {
                             self.shared.metrics.message("build_events");
                             self.build_events(batch, &tx);
+                        }
+                        Some(mite_message::Kind::LogChunk(chunk)) => {
+                            self.shared.metrics.message("log_chunk");
+                            self.log_chunk(chunk, &tx);
                         }
                         Some(mite_message::Kind::Hello(_)) => {
                             self.shared.metrics.message("hello_again");

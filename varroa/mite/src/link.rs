@@ -36,12 +36,17 @@
 //! and sends the events again). Between streams no batch is taken: the plugin is answered 503 at
 //! once.
 //!
+//! **Console logs.** The same, chunk by chunk: each plugin chunk is numbered, sent as a
+//! `LogChunk`, and answered when the gateway's `LogAck` with that number arrives (the write
+//! landed in the log store, or why not); the chunks still waiting when the stream ends are failed
+//! (503: the plugin sends them again, and the store does not write a chunk twice).
+//!
 //! **Shutdown.** [`MiteHandle::shutdown`] (SIGTERM in the binary) half-closes the request stream,
 //! waits briefly for the gateway to end the response stream, and returns.
 
 use crate::apply::{Applier, ApplyError, DesiredConfig};
 use crate::jenkins::{ClientConfig, JenkinsClient, Observation};
-use crate::plugin::{BatchSlot, OutboundBatch, PluginMetrics, PluginServer};
+use crate::plugin::{BatchSlot, Outbound, PluginMetrics, PluginServer};
 use crate::settings::RunSettings;
 use opkit::health::{HealthServer, Readiness};
 use prometheus_client::metrics::counter::Counter;
@@ -531,37 +536,42 @@ struct Link {
     stop: watch::Receiver<bool>,
 }
 
-/// The batches sent on one stream and not acknowledged yet, by batch number. Dropping it (the
-/// stream ended, however) fails every one, so the plugin is told to send them again.
-#[derive(Default)]
-struct PendingBatches {
+/// What was sent on one stream and not acknowledged yet (build-event batches, log chunks), by
+/// number. Dropping it (the stream ended, however) fails every one, so the plugin is told to
+/// send them again.
+struct Pending<T> {
+    what: &'static str,
     next: u64,
-    waiting: HashMap<u64, oneshot::Sender<Result<pb::EventsAck, String>>>,
+    waiting: HashMap<u64, oneshot::Sender<Result<T, String>>>,
 }
 
-impl PendingBatches {
-    /// Numbers a batch and keeps its responder (forgetting the responders nobody waits on).
-    fn add(&mut self, respond: oneshot::Sender<Result<pb::EventsAck, String>>) -> u64 {
+impl<T> Pending<T> {
+    fn new(what: &'static str) -> Self {
+        Pending { what, next: 0, waiting: HashMap::new() }
+    }
+
+    /// Numbers one and keeps its responder (forgetting the responders nobody waits on).
+    fn add(&mut self, respond: oneshot::Sender<Result<T, String>>) -> u64 {
         self.next += 1;
         self.waiting.retain(|_, r| !r.is_closed());
         self.waiting.insert(self.next, respond);
         self.next
     }
 
-    fn complete(&mut self, ack: pb::EventsAck) {
-        match self.waiting.remove(&ack.batch) {
+    fn complete(&mut self, id: u64, ack: T) {
+        match self.waiting.remove(&id) {
             Some(r) => {
                 let _ = r.send(Ok(ack));
             }
-            None => tracing::debug!(batch = ack.batch, "an EventsAck for a batch nobody waits on (answered late)"),
+            None => tracing::debug!(id, what = self.what, "an ack nobody waits on (answered late)"),
         }
     }
 }
 
-impl Drop for PendingBatches {
+impl<T> Drop for Pending<T> {
     fn drop(&mut self) {
         for (_, r) in self.waiting.drain() {
-            let _ = r.send(Err("the gateway stream ended before the batch was acknowledged".into()));
+            let _ = r.send(Err(format!("the gateway stream ended before the {} was acknowledged", self.what)));
         }
     }
 }
@@ -696,9 +706,11 @@ impl Link {
         };
         // From now until this function returns, the plugin's batches come to this stream (taken
         // before the status says connected, so that whoever sees connected can send).
-        let (batch_tx, mut batch_rx) = mpsc::channel::<OutboundBatch>(crate::plugin::MAX_IN_FLIGHT);
+        let (batch_tx, mut batch_rx) =
+            mpsc::channel::<Outbound>(crate::plugin::MAX_IN_FLIGHT + crate::plugin::MAX_LOG_IN_FLIGHT);
         let _slot = self.batches.install(batch_tx);
-        let mut pending = PendingBatches::default();
+        let mut pending = Pending::<pb::EventsAck>::new("batch");
+        let mut pending_logs = Pending::<pb::LogAck>::new("chunk");
         let s = &self.settings;
         Metrics::inc(&self.metrics.dials, "outcome", "welcomed");
         self.metrics.stream_up.set(1);
@@ -725,6 +737,7 @@ impl Link {
                     Some(mite_message::Kind::ApplyResult(_)) => "apply_result",
                     Some(mite_message::Kind::Heartbeat(_)) => "heartbeat",
                     Some(mite_message::Kind::BuildEvents(_)) => "build_events",
+                    Some(mite_message::Kind::LogChunk(_)) => "log_chunk",
                     _ => "hello",
                 };
                 match tokio::time::timeout(send_timeout, tx.send(m)).await {
@@ -766,7 +779,8 @@ impl Link {
                         Some(gateway_message::Kind::Error(e)) => {
                             return Ok(SessionEnd::Closed(format!("the gateway ended the stream: {}: {}", e.code, e.message)));
                         }
-                        Some(gateway_message::Kind::EventsAck(ack)) => pending.complete(ack),
+                        Some(gateway_message::Kind::EventsAck(ack)) => pending.complete(ack.batch, ack),
+                        Some(gateway_message::Kind::LogAck(ack)) => pending_logs.complete(ack.id, ack),
                         Some(gateway_message::Kind::Welcome(_)) | None => {}
                     },
                     Ok(None) => return Ok(SessionEnd::Closed("the gateway closed the stream".into())),
@@ -794,11 +808,18 @@ impl Link {
                         _ => {}
                     }
                 }
-                Some(b) = batch_rx.recv() => {
-                    let batch = pending.add(b.respond);
-                    let events = pb::BuildEvents { batch, events: b.events };
-                    send(pb::MiteMessage { kind: Some(mite_message::Kind::BuildEvents(events)) }).await?;
-                }
+                Some(out) = batch_rx.recv() => match out {
+                    Outbound::Events(b) => {
+                        let batch = pending.add(b.respond);
+                        let events = pb::BuildEvents { batch, events: b.events };
+                        send(pb::MiteMessage { kind: Some(mite_message::Kind::BuildEvents(events)) }).await?;
+                    }
+                    Outbound::Log(c) => {
+                        let mut chunk = c.chunk;
+                        chunk.id = pending_logs.add(c.respond);
+                        send(pb::MiteMessage { kind: Some(mite_message::Kind::LogChunk(chunk)) }).await?;
+                    }
+                },
                 r = self.results.recv() => {
                     let Some(r) = r else { return Ok(SessionEnd::Shutdown) };
                     send(pb::MiteMessage { kind: Some(mite_message::Kind::ApplyResult(r)) }).await?;

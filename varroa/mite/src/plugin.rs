@@ -13,14 +13,25 @@
 //!   `EventsAck` (at most [`ACK_TIMEOUT`]): `200 {"accepted", "rejected"}` once JetStream stored
 //!   them; `503` with `Retry-After` when the stream is down, the ack does not come in time, or
 //!   the gateway says retry (NATS or JetStream unavailable).
-//! - **`POST /v1/claims`, `POST /v1/logs/...`**: specified, not built: `501`.
+//! - **`POST /v1/logs/{job}/{build}?offset=N[&final=true]`.** A chunk of a build's console log:
+//!   the job is the path between `/v1/logs/` and the last `/`, percent-decoded (`team/app` or
+//!   `team%2Fapp`), checked as the protocol's `job`; the build 1 to 2^53; `offset` required, at
+//!   most 2^53; the body the bytes, at most [`MAX_CHUNK_BYTES`] (`413`), empty only when final.
+//!   Anything malformed is `400` naming it. The chunk goes over the current gateway stream as a
+//!   `LogChunk`; the answer waits for its `LogAck` (at most [`ACK_TIMEOUT`]): `200 {"next",
+//!   "complete"}` once the write landed in the log store, `409 {"next", "complete", "error"}` when
+//!   the offset is not the stored end (send from `next`), `503` with `Retry-After` when the stream
+//!   is down, the ack is late, or the store cannot take it now. At most [`MAX_LOG_IN_FLIGHT`]
+//!   chunks are forwarded at once (more: `503`, `Retry-After: 1`), which bounds the memory of
+//!   chunks in flight to 4 MiB.
+//! - **`POST /v1/claims`**: specified, not built: `501`.
 //! - At most [`MAX_IN_FLIGHT`] requests are served at once; more get `503` with `Retry-After: 1`.
 //!
 //! The link's session ([`crate::link`]) owns the other end: while a stream is welcomed it
-//! installs a sender in the [`BatchSlot`]; it numbers each batch, keeps its responder until the
-//! gateway's `EventsAck` with that number arrives, and fails every one still waiting when the
-//! stream ends, so the plugin gets `503` and sends the events again (the gateway's JetStream
-//! deduplicates by event id).
+//! installs a sender in the [`BatchSlot`]; it numbers each batch (and each chunk), keeps its
+//! responder until the gateway's `EventsAck` (`LogAck`) with that number arrives, and fails every
+//! one still waiting when the stream ends, so the plugin gets `503` and sends again (the
+//! gateway's JetStream deduplicates events by id; the log store does not write a chunk twice).
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -49,6 +60,11 @@ use varroa_link::proto::v1 as pb;
 
 /// The most plugin requests served at once.
 pub const MAX_IN_FLIGHT: usize = 16;
+/// The most log chunks forwarded to the gateway at once (the gateway writes at most as many per
+/// stream at once).
+pub const MAX_LOG_IN_FLIGHT: usize = 4;
+/// The largest log chunk.
+pub const MAX_CHUNK_BYTES: usize = varroa_blobs::logs::MAX_CHUNK_BYTES;
 /// How long a request waits for the gateway's acknowledgement of its batch.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long reading a request's headers, and then its body, may take.
@@ -75,17 +91,36 @@ pub(crate) struct OutboundBatch {
     pub respond: oneshot::Sender<Result<pb::EventsAck, String>>,
 }
 
-/// Where the current gateway stream takes batches: empty while no stream is welcomed.
+/// A log chunk for the gateway, and where its answer goes.
+#[derive(Debug)]
+pub(crate) struct OutboundChunk {
+    /// The chunk (its `id` is set by the link).
+    pub chunk: pb::LogChunk,
+    /// Completed with the gateway's ack, or with the reason the stream could not carry it.
+    pub respond: oneshot::Sender<Result<pb::LogAck, String>>,
+}
+
+/// What the plugin listener hands the current stream.
+#[derive(Debug)]
+pub(crate) enum Outbound {
+    /// A batch of build events.
+    Events(OutboundBatch),
+    /// A console log chunk.
+    Log(OutboundChunk),
+}
+
+/// Where the current gateway stream takes batches and chunks: empty while no stream is
+/// welcomed.
 #[derive(Clone, Default)]
-pub(crate) struct BatchSlot(Arc<Mutex<Option<mpsc::Sender<OutboundBatch>>>>);
+pub(crate) struct BatchSlot(Arc<Mutex<Option<mpsc::Sender<Outbound>>>>);
 
 impl BatchSlot {
-    fn current(&self) -> Option<mpsc::Sender<OutboundBatch>> {
+    fn current(&self) -> Option<mpsc::Sender<Outbound>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Makes `tx` the current stream's sender until the guard drops.
-    pub(crate) fn install(&self, tx: mpsc::Sender<OutboundBatch>) -> SlotGuard {
+    pub(crate) fn install(&self, tx: mpsc::Sender<Outbound>) -> SlotGuard {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
         SlotGuard(self.clone())
     }
@@ -166,6 +201,8 @@ struct Outcome {
 pub(crate) struct PluginMetrics {
     requests: Family<Outcome, Counter>,
     events: Family<Outcome, Counter>,
+    log_chunks: Family<Outcome, Counter>,
+    log_bytes: Counter,
     in_flight: Gauge,
 }
 
@@ -178,6 +215,16 @@ impl PluginMetrics {
             self.events.clone(),
         );
         r.register(
+            "varroa_mite_plugin_log_chunks",
+            "Console log chunks from the plugin by outcome (stored, conflict, refused: malformed, retry: answered 503)",
+            self.log_chunks.clone(),
+        );
+        r.register(
+            "varroa_mite_plugin_log_bytes",
+            "Console log bytes the gateway acknowledged as stored",
+            self.log_bytes.clone(),
+        );
+        r.register(
             "varroa_mite_plugin_requests_in_flight",
             "Event requests of the plugin being served now",
             self.in_flight.clone(),
@@ -185,6 +232,9 @@ impl PluginMetrics {
     }
     fn request(&self, outcome: &'static str) {
         self.requests.get_or_create(&Outcome { outcome }).inc();
+    }
+    fn log_chunk(&self, outcome: &'static str) {
+        self.log_chunks.get_or_create(&Outcome { outcome }).inc();
     }
     fn events(&self, outcome: &'static str, n: usize) {
         if n > 0 {
@@ -216,6 +266,7 @@ struct State {
     token: String,
     slot: BatchSlot,
     permits: Arc<Semaphore>,
+    log_permits: Arc<Semaphore>,
     metrics: Arc<PluginMetrics>,
 }
 
@@ -235,7 +286,13 @@ impl PluginServer {
     ) -> std::io::Result<PluginServer> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(State { token, slot, permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT)), metrics });
+        let state = Arc::new(State {
+            token,
+            slot,
+            permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            log_permits: Arc::new(Semaphore::new(MAX_LOG_IN_FLIGHT)),
+            metrics,
+        });
         Ok(PluginServer { listener, addr, state })
     }
 
@@ -249,7 +306,7 @@ impl PluginServer {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the plugin listener is not on a loopback address: anything that reaches it can try tokens");
         }
-        tracing::info!(%addr, "plugin listener up (POST /v1/events)");
+        tracing::info!(%addr, "plugin listener up (POST /v1/events, POST /v1/logs/{{job}}/{{build}})");
         let graceful = GracefulShutdown::new();
         tokio::pin!(shutdown);
         loop {
@@ -404,18 +461,18 @@ async fn route(state: &State, req: &Parts, body: &mut Option<Incoming>) -> Answe
             "not_implemented",
             "build claims are not built yet in this mite: run the build as if the gate were off",
         ),
-        p if p.starts_with("/v1/logs/") && post => Answer::error(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_implemented",
-            "console log chunks are not built yet in this mite: keep the log in Jenkins",
-        ),
+        p if p.starts_with("/v1/logs/") && post => match body.take() {
+            Some(b) => logs(state, req, b).await,
+            None => Answer::error(StatusCode::BAD_REQUEST, "bad_request", "no body"),
+        },
         "/v1/events" | "/v1/claims" => Answer::method("POST", &req.method),
         p if p.starts_with("/v1/logs/") => Answer::method("POST", &req.method),
         p => Answer::error(
             StatusCode::NOT_FOUND,
             "not_found",
             format!(
-                "no such endpoint {:?}: this mite serves POST /v1/events (docs/varroa/plugin-protocol.md)",
+                "no such endpoint {:?}: this mite serves POST /v1/events and POST /v1/logs/{{job}}/{{build}}?offset=N \
+                 (docs/varroa/plugin-protocol.md)",
                 varroa_link::kv::bounded(p, 128)
             ),
         ),
@@ -518,7 +575,9 @@ async fn events(state: &State, req: &Parts, body: Incoming) -> Answer {
     };
     let (respond, answer) = oneshot::channel();
     let forwarded = tokio::time::timeout(ACK_TIMEOUT, async move {
-        tx.send(OutboundBatch { events: valid, respond }).await.map_err(|_| "the gateway stream ended".to_owned())?;
+        tx.send(Outbound::Events(OutboundBatch { events: valid, respond }))
+            .await
+            .map_err(|_| "the gateway stream ended".to_owned())?;
         answer.await.map_err(|_| "the gateway stream ended before the batch was acknowledged".to_owned())?
     })
     .await;
@@ -558,9 +617,243 @@ async fn events(state: &State, req: &Parts, body: Incoming) -> Answer {
     }
 }
 
+/// A console log request's target: the job, the build, the offset, whether it is final.
+#[derive(Debug, PartialEq, Eq)]
+struct LogTarget {
+    job: String,
+    build: u64,
+    offset: u64,
+    last: bool,
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok())?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Parses `/v1/logs/{job}/{build}` and `?offset=N[&final=true]`; the error names what is wrong
+/// and the fix.
+fn log_target(path: &str, query: Option<&str>) -> Result<LogTarget, String> {
+    let shape = "POST /v1/logs/{job}/{build}?offset=N[&final=true], the job's folders separated by '/' and each \
+                 percent-encoded";
+    let rest = path.strip_prefix("/v1/logs/").unwrap_or_default();
+    let Some((raw_job, raw_build)) = rest.rsplit_once('/') else {
+        return Err(format!("no build number in the path; send {shape}"));
+    };
+    let job = percent_decode(raw_job).ok_or_else(|| format!("job: not valid percent-encoded UTF-8; send {shape}"))?;
+    if let Some(why) = varroa_blobs::logs::job_problem(&job) {
+        return Err(format!("job {:?}: {why}", varroa_link::kv::bounded(&job, 128)));
+    }
+    let build = match raw_build.parse::<u64>() {
+        Ok(n) if (1..=varroa_link::builds::MAX_BUILD).contains(&n) && raw_build.bytes().all(|b| b.is_ascii_digit()) => {
+            n
+        }
+        _ => {
+            return Err(format!(
+                "build {:?}: not a build number (1 to 2^53); send {shape}",
+                varroa_link::kv::bounded(raw_build, 32)
+            ));
+        }
+    };
+    let (mut offset, mut last) = (None, false);
+    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "offset" => {
+                offset = match v.parse::<u64>() {
+                    Ok(n) if n <= varroa_blobs::logs::MAX_OFFSET && v.bytes().all(|b| b.is_ascii_digit()) => Some(n),
+                    _ => {
+                        return Err(format!(
+                            "offset {:?}: not a byte offset (0 to 2^53); send ?offset=<where the chunk starts in the log>",
+                            varroa_link::kv::bounded(v, 32)
+                        ));
+                    }
+                }
+            }
+            "final" => {
+                last = match v {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(format!(
+                            "final {:?}: true or false (only the last chunk is final)",
+                            varroa_link::kv::bounded(v, 32)
+                        ));
+                    }
+                }
+            }
+            _ => {} // parameters this mite does not know are ignored
+        }
+    }
+    let offset = offset.ok_or_else(|| format!("offset: missing; send {shape}"))?;
+    Ok(LogTarget { job, build, offset, last })
+}
+
+async fn logs(state: &State, req: &Parts, body: Incoming) -> Answer {
+    let m = &state.metrics;
+    let target = match log_target(req.uri.path(), req.uri.query()) {
+        Ok(t) => t,
+        Err(e) => {
+            m.log_chunk("refused");
+            return Answer::error(StatusCode::BAD_REQUEST, "bad_request", e);
+        }
+    };
+    let Ok(permit) = state.log_permits.clone().try_acquire_owned() else {
+        m.log_chunk("retry");
+        return Answer::retry(
+            "busy",
+            1,
+            format!("the mite is forwarding {MAX_LOG_IN_FLIGHT} log chunks already; keep the log and retry"),
+        );
+    };
+    let _in_flight = InFlight::new(permit, &m.in_flight);
+    let data = match read_body(body, declared_length(req), MAX_CHUNK_BYTES).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
+            m.log_chunk("refused");
+            return Answer::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("the chunk is larger than {MAX_CHUNK_BYTES} bytes; send smaller chunks"),
+            );
+        }
+        Err(BodyError::Read(e)) => {
+            return Answer::error(StatusCode::BAD_REQUEST, "bad_request", format!("cannot read the body: {e}"));
+        }
+        Err(BodyError::Timeout) => {
+            return Answer::error(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!("the body did not arrive within {READ_TIMEOUT:?}"),
+            );
+        }
+    };
+    if data.is_empty() && !target.last {
+        m.log_chunk("refused");
+        return Answer::error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "an empty chunk: only the final chunk (&final=true) may be empty",
+        );
+    }
+    let retry = |outcome, seconds, text: String| {
+        m.log_chunk("retry");
+        Answer::retry(outcome, seconds, text)
+    };
+    let Some(tx) = state.slot.current() else {
+        return retry(
+            "stream_down",
+            RETRY_STREAM_DOWN,
+            "the mite's stream to the gateway is down (it is reconnecting); keep the log and retry".into(),
+        );
+    };
+    let len = data.len();
+    let chunk = pb::LogChunk {
+        id: 0,
+        job: target.job,
+        build: target.build,
+        offset: target.offset,
+        data: data.to_vec(),
+        last: target.last,
+    };
+    let (respond, answer) = oneshot::channel();
+    let forwarded = tokio::time::timeout(ACK_TIMEOUT, async move {
+        tx.send(Outbound::Log(OutboundChunk { chunk, respond }))
+            .await
+            .map_err(|_| "the gateway stream ended".to_owned())?;
+        answer.await.map_err(|_| "the gateway stream ended before the chunk was acknowledged".to_owned())?
+    })
+    .await;
+    let ack = match forwarded {
+        Ok(Ok(ack)) => ack,
+        Ok(Err(why)) => return retry("stream_down", RETRY_STREAM_DOWN, format!("{why}; keep the log and retry")),
+        Err(_) => {
+            return retry(
+                "ack_timeout",
+                RETRY_ACK_TIMEOUT,
+                format!("the gateway did not acknowledge the chunk within {ACK_TIMEOUT:?}; keep the log and retry"),
+            );
+        }
+    };
+    let error = varroa_link::kv::bounded(&ack.error, MAX_ERROR_TEXT);
+    match pb::LogOutcome::try_from(ack.outcome).unwrap_or(pb::LogOutcome::Unspecified) {
+        pb::LogOutcome::Stored => {
+            m.log_chunk("stored");
+            m.log_bytes.inc_by(len as u64);
+            Answer {
+                status: StatusCode::OK,
+                body: json!({"next": ack.next, "complete": ack.complete}),
+                retry_after: None,
+                allow: None,
+                outcome: "ok",
+            }
+        }
+        pb::LogOutcome::Conflict => {
+            m.log_chunk("conflict");
+            Answer {
+                status: StatusCode::CONFLICT,
+                body: json!({"next": ack.next, "complete": ack.complete, "error": error}),
+                retry_after: None,
+                allow: None,
+                outcome: "conflict",
+            }
+        }
+        pb::LogOutcome::Refused => {
+            m.log_chunk("refused");
+            Answer::error(StatusCode::BAD_REQUEST, "bad_request", error)
+        }
+        pb::LogOutcome::Retry | pb::LogOutcome::Unspecified => retry(
+            "gateway_retry",
+            u64::from(ack.retry_after_ms).div_ceil(1000),
+            if error.is_empty() {
+                "the gateway cannot store the chunk now; keep the log and retry".into()
+            } else {
+                error
+            },
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_paths_and_queries_parse_or_name_what_is_wrong() {
+        let t = |job: &str, build, offset, last| LogTarget { job: job.into(), build, offset, last };
+        assert_eq!(log_target("/v1/logs/team/app/42", Some("offset=0")), Ok(t("team/app", 42, 0, false)));
+        assert_eq!(log_target("/v1/logs/team%2Fapp/42", Some("offset=7&final=true")), Ok(t("team/app", 42, 7, true)));
+        assert_eq!(log_target("/v1/logs/my%20app/1", Some("x=y&offset=3&final=false")), Ok(t("my app", 1, 3, false)));
+        for (path, query, why) in [
+            ("/v1/logs/app", Some("offset=0"), "no build number"),
+            ("/v1/logs/app/0", Some("offset=0"), "build \"0\""),
+            ("/v1/logs/app/x7", Some("offset=0"), "build \"x7\""),
+            ("/v1/logs/app/+7", Some("offset=0"), "build \"+7\""),
+            ("/v1/logs//7", Some("offset=0"), "job \"\": must not be empty"),
+            ("/v1/logs/a%0Ab/7", Some("offset=0"), "control characters"),
+            ("/v1/logs/a%ZZ/7", Some("offset=0"), "percent-encoded"),
+            ("/v1/logs/a%FF/7", Some("offset=0"), "UTF-8"),
+            ("/v1/logs/app/7", None, "offset: missing"),
+            ("/v1/logs/app/7", Some("offset=-1"), "offset \"-1\""),
+            ("/v1/logs/app/7", Some("offset=9007199254740993"), "0 to 2^53"),
+            ("/v1/logs/app/7", Some("offset=1&final=yes"), "final \"yes\""),
+        ] {
+            let e = log_target(path, query).unwrap_err();
+            assert!(e.contains(why), "{path}?{query:?}: {e}");
+        }
+    }
 
     #[test]
     fn tokens_compare_whole_and_only_as_bearer() {

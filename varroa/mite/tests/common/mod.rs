@@ -53,10 +53,18 @@ pub struct World {
     pub jenkins: JenkinsDouble,
     /// JetStream, for reading the `varroa_builds` stream back.
     pub js: async_nats::jetstream::Context,
+    /// The gateway's console log store.
+    pub log_store: varroa_blobs::StoreSettings,
 }
 
 impl World {
     pub async fn start() -> World {
+        Self::start_with_log_store(None).await
+    }
+
+    /// [`World::start`] with the gateway writing console logs into `log_store` (default: a
+    /// directory `<tmp>/log-store`).
+    pub async fn start_with_log_store(log_store: Option<varroa_blobs::StoreSettings>) -> World {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
@@ -111,7 +119,11 @@ impl World {
             desired,
             jenkins,
             js: js_for_world,
+            log_store: varroa_blobs::StoreSettings::new("file:///unused"),
         };
+        w.log_store = log_store.unwrap_or_else(|| {
+            varroa_blobs::StoreSettings::new(format!("file://{}", w.dir.path().join("log-store").display()))
+        });
         w.start_gateway().await;
         w.write_mite_cert(NS, CTRL, "mite");
         w
@@ -138,7 +150,7 @@ impl World {
                 max_streams: 100,
             },
         };
-        let gw = varroa_gateway::start(config).await.unwrap();
+        let gw = varroa_gateway::start_with(config, Some(self.log_store.clone())).await.unwrap();
         self.grpc_addr = gw.grpc_addr;
         let ready = gw.readiness.clone();
         eventually("the gateway is ready", || {
