@@ -9,8 +9,8 @@ use std::time::Duration;
 const EXIT_CODES: &str = "\
 Exit codes:
   0  success
-  1  failure: the API server refused the request, the controller or build does not exist, or the
-     build record store cannot be read
+  1  failure: the API server refused the request, the controller, build or log does not exist, or
+     the build record store or the log store cannot be read
   2  usage error (unknown flag, missing argument, bad value)
   3  timeout: --wait gave up before the controller reached the state asked for";
 
@@ -22,11 +22,12 @@ pub const MAX_LIMIT: u32 = 10_000;
 #[command(
     name = "varroa",
     version,
-    about = "Inspect, stop and start Varroa's Jenkins controllers; read their builds and activity",
+    about = "Inspect, stop and start Varroa's Jenkins controllers; read their builds, logs and activity",
     long_about = "Inspect, stop and start the Jenkins controllers Varroa manages (Controller, varroa.dev/v1alpha1), \
 and read their build records and activity. get, describe, stop and start talk to the Kubernetes API server, like \
 kubectl, with the same kubeconfig; builds, build and activity read the build record store (the recorder's \
-PostgreSQL database, --database-url) and use the kubeconfig only for the default namespace.",
+PostgreSQL database, --database-url), logs reads the log store (--log-store), and these use the kubeconfig only \
+for the default namespace.",
     after_help = EXIT_CODES,
     propagate_version = true,
     mut_arg("namespace", |a| a.help(namespace_help("the controllers")))
@@ -64,6 +65,10 @@ pub enum Command {
     /// newest last (from the build record store).
     #[command(after_help = EXIT_CODES)]
     Activity(ActivityArgs),
+    /// Print a build's console log (from the log store); -f follows a running build until it
+    /// ends.
+    #[command(after_help = EXIT_CODES)]
+    Logs(LogsArgs),
     /// Print a shell completion script: `source <(varroa completion bash)`.
     Completion(CompletionArgs),
 }
@@ -223,6 +228,41 @@ pub struct ActivityArgs {
     pub store: StoreArgs,
 }
 
+/// `logs CONTROLLER JOB NUMBER [-f]`.
+#[derive(Args, Debug, Clone)]
+pub struct LogsArgs {
+    /// The controller's name.
+    pub controller: String,
+    /// The job's full name with folders (`team/app`).
+    pub job: String,
+    /// The build number (`7` or `#7`).
+    #[arg(value_parser = parse_build_number)]
+    pub number: i64,
+    /// Follow the log: print what is appended as it arrives, and end when the build's log is
+    /// complete.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// The log store the gateway writes (its --log-store): `file:///var/lib/varroa/logs` or
+    /// `s3://bucket/prefix?endpoint=https://host:port&region=name` (S3 credentials from the AWS
+    /// environment or --log-store-credentials-file).
+    #[arg(long, env = "VARROA_LOG_STORE", value_name = "URL")]
+    pub log_store: Option<String>,
+    /// An S3 credentials file (`access_key_id=...`, `secret_access_key=...` lines).
+    #[arg(long, env = "VARROA_LOG_STORE_CREDENTIALS_FILE", value_name = "PATH")]
+    pub log_store_credentials_file: Option<PathBuf>,
+    /// With -f: NATS, where the gateway announces each stored chunk, so that new lines show
+    /// within a second (without it, the store is polled every second).
+    #[arg(long, env = "VARROA_NATS_URL", value_name = "URL")]
+    pub nats_url: Option<String>,
+    /// The NATS credentials file (`user=...` and `password=...` lines).
+    #[arg(long, env = "VARROA_NATS_CREDENTIALS_FILE", value_name = "PATH")]
+    pub nats_credentials_file: Option<PathBuf>,
+    /// The cluster the controller runs in (the gateway's --cluster); needed only when the store
+    /// holds this build's log for several clusters.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+}
+
 /// The highest build number (Jenkins numbers from 1; JSON numbers are exact up to 2^53).
 pub const MAX_BUILD_NUMBER: i64 = 1 << 53;
 
@@ -287,6 +327,12 @@ mod tests {
             panic!()
         };
         assert_eq!((a.since, a.controller, a.output), (Some(Duration::from_secs(900)), None, Some(ListOutput::Json)));
+        let Command::Logs(l) =
+            Cli::try_parse_from(["varroa", "logs", "ci", "team/app", "#7", "-f", "-n", "team-a"]).unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!((l.controller.as_str(), l.job.as_str(), l.number, l.follow), ("ci", "team/app", 7, true));
         for bad in [
             &["varroa", "builds"][..],
             &["varroa", "builds", "ci", "--limit", "0"],
@@ -298,6 +344,8 @@ mod tests {
             &["varroa", "build", "ci", "app", "7", "-o", "wide"],
             &["varroa", "activity", "--since", "soon"],
             &["varroa", "activity", "ci", "-A"],
+            &["varroa", "logs", "ci", "app"],
+            &["varroa", "logs", "ci", "app", "0"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
         }

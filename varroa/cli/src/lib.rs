@@ -17,6 +17,7 @@
 //! | names checked before a lookup | names.rs |
 //! | builds, build | cmd/builds.rs |
 //! | activity | cmd/activity.rs |
+//! | logs (the log store, through varroa-blobs) | cmd/logs.rs |
 //! | completion | cmd/completion.rs |
 
 /// Print to stdout like `print!`, without panicking when the reader went away
@@ -53,6 +54,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Builds(args) => cmd::builds::list(&cli.global, args).await,
         Command::Build(args) => cmd::builds::show(&cli.global, args).await,
         Command::Activity(args) => cmd::activity::run(&cli.global, args).await,
+        Command::Logs(args) => cmd::logs::run(&cli.global, args).await,
         command => {
             let t = client::connect(&cli.global).await?;
             match command {
@@ -60,7 +62,11 @@ pub async fn run(cli: Cli) -> Result<()> {
                 Command::Describe(args) => cmd::describe::run(&t, &args.name).await,
                 Command::Stop(args) => cmd::power::run(&t, varroa_api::PowerState::Stopped, args).await,
                 Command::Start(args) => cmd::power::run(&t, varroa_api::PowerState::Running, args).await,
-                Command::Completion(_) | Command::Builds(_) | Command::Build(_) | Command::Activity(_) => Ok(()),
+                Command::Completion(_)
+                | Command::Builds(_)
+                | Command::Build(_)
+                | Command::Activity(_)
+                | Command::Logs(_) => Ok(()),
             }
         }
     }

@@ -173,7 +173,7 @@ pub fn not_found(q: &BuildQuery) -> Error {
 }
 
 /// A word as a shell reads it back: quoted when it holds anything but safe characters.
-fn shell_word(s: &str) -> String {
+pub(crate) fn shell_word(s: &str) -> String {
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-".contains(&b)) {
         s.to_string()
     } else {

@@ -5,4 +5,5 @@ pub mod builds;
 pub mod completion;
 pub mod describe;
 pub mod get;
+pub mod logs;
 pub mod power;
