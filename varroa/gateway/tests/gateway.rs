@@ -33,6 +33,8 @@ struct Harness {
     max_streams: usize,
     heartbeat: Duration,
     hello_timeout: Duration,
+    /// The console log store (`None`: the gateway has none).
+    log_store: Option<varroa_blobs::StoreSettings>,
 }
 
 impl Harness {
@@ -92,6 +94,7 @@ impl Harness {
             max_streams: 100,
             heartbeat: Duration::from_secs(2),
             hello_timeout: Duration::from_secs(5),
+            log_store: None,
         };
         h.start_gateway().await;
         h
@@ -117,7 +120,7 @@ impl Harness {
                 max_streams: self.max_streams,
             },
         };
-        let gw = varroa_gateway::start(config).await.unwrap();
+        let gw = varroa_gateway::start_with(config, self.log_store.clone()).await.unwrap();
         let ready = gw.readiness.clone();
         eventually("the gateway is ready", || {
             let ready = ready.clone();
@@ -531,6 +534,9 @@ fn the_binary_documents_its_flags_and_environment() {
         "--heartbeat-seconds",
         "VARROA_NATS_URL",
         "POD_NAME",
+        "--log-store",
+        "VARROA_LOG_STORE",
+        "--log-store-credentials-file",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
@@ -992,4 +998,79 @@ async fn a_deleted_stream_is_created_again_for_the_retry() {
     assert_eq!(stored_ids(&stored_builds(&h.client).await), ["d-1"]);
     let info = js.get_stream(varroa_link::builds::STREAM).await.unwrap().cached_info().config.clone();
     assert_eq!(info.duplicate_window, varroa_link::builds::DUPLICATE_WINDOW, "created with the stream's settings");
+}
+
+impl TestMite {
+    async fn send_chunk(&self, id: u64, job: &str, build: u64, offset: u64, data: &[u8], last: bool) {
+        let chunk = pb::LogChunk { id, job: job.into(), build, offset, data: data.to_vec(), last };
+        self.send(mite_message::Kind::LogChunk(chunk)).await;
+    }
+
+    async fn next_log_ack(&mut self) -> pb::LogAck {
+        loop {
+            match self.next().await {
+                Some(gateway_message::Kind::LogAck(a)) => return a,
+                Some(_) => continue,
+                None => panic!("stream ended before a LogAck"),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_chunks_are_checked_again_and_written_under_the_certificates_controller() {
+    let mut h = Harness::start().await;
+    // A gateway without a log store asks for the chunk later (the plugin keeps the log).
+    let mut m = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    m.send_chunk(1, "app", 1, 0, b"x", false).await;
+    let ack = m.next_log_ack().await;
+    assert_eq!((ack.id, ack.outcome(), ack.retry_after_ms), (1, pb::LogOutcome::Retry, 30_000), "{ack:?}");
+    assert!(ack.error.contains("no log store"), "{ack:?}");
+    drop(m);
+
+    let root = h.dir.path().join("log-store");
+    h.log_store = Some(varroa_blobs::StoreSettings::new(format!("file://{}", root.display())));
+    h.gw.take().unwrap().shutdown().await;
+    h.start_gateway().await;
+    let mut notices = h.client.subscribe("varroa.logs.test.team-a.ci").await.unwrap();
+    h.client.flush().await.unwrap();
+    let mut m = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    // What a mite would never forward, checked again here (the mite runs in the tenant's pod).
+    let big = vec![b'x'; varroa_blobs::logs::MAX_CHUNK_BYTES + 1];
+    for (id, job, build, data, why) in [
+        (2, "app", 1, &big[..], "at most 1048576"),
+        (3, "", 1, &b"x"[..], "job: must not be empty"),
+        (4, "a\u{7}b", 1, &b"x"[..], "control characters"),
+        (5, "app", 0, &b"x"[..], "build: 0"),
+        (6, "app", 1, &b""[..], "empty chunk"),
+    ] {
+        m.send_chunk(id, job, build, 0, data, false).await;
+        let ack = m.next_log_ack().await;
+        assert_eq!((ack.id, ack.outcome()), (id, pb::LogOutcome::Refused), "{ack:?}");
+        assert!(ack.error.contains(why), "{id}: {ack:?}");
+    }
+    m.send_chunk(7, "team/app", 3, 0, b"hello\n", false).await;
+    let ack = m.next_log_ack().await;
+    assert_eq!((ack.id, ack.outcome(), ack.next, ack.complete), (7, pb::LogOutcome::Stored, 6, false), "{ack:?}");
+    m.send_chunk(8, "team/app", 3, 9, b"gap", false).await;
+    let ack = m.next_log_ack().await;
+    assert_eq!((ack.outcome(), ack.next), (pb::LogOutcome::Conflict, 6), "{ack:?}");
+    m.send_chunk(9, "team/app", 3, 6, b"", true).await;
+    let ack = m.next_log_ack().await;
+    assert_eq!((ack.outcome(), ack.next, ack.complete), (pb::LogOutcome::Stored, 6, true), "{ack:?}");
+    let build = root.join("logs/test/team-a/ci/team%2Fapp/3");
+    assert_eq!(std::fs::read(build.join("00000000000000000000")).unwrap(), b"hello\n");
+    assert!(build.join("complete").is_file());
+
+    // Each landed chunk is announced on core NATS.
+    use futures::StreamExt;
+    for want in [(6, false), (6, true)] {
+        let msg = tokio::time::timeout(DEADLINE, notices.next()).await.unwrap().unwrap();
+        let n: varroa_blobs::Notice = serde_json::from_slice(&msg.payload).unwrap();
+        assert_eq!((n.job.as_str(), n.build, n.next, n.last), ("team/app", 3, want.0, want.1));
+    }
+    let text = h.metrics().await;
+    assert_eq!(metric_value(&text, "varroa_gateway_log_chunks_total{outcome=\"refused\"}"), 5, "{text}");
+    assert_eq!(metric_value(&text, "varroa_gateway_log_chunks_total{outcome=\"conflict\"}"), 1, "{text}");
+    assert_eq!(metric_value(&text, "varroa_gateway_log_bytes_total"), 6, "{text}");
 }
