@@ -85,6 +85,11 @@ pub struct Config {
     #[arg(long, env = "VARROA_NATS_BUCKET_REPLICAS", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(1..=5))]
     pub nats_bucket_replicas: u64,
+    /// The cluster's name in activity subjects (`activity.<cluster>.<ns>.<ctrl>`, where the
+    /// operator publishes lifecycle activity when `--nats-url` is set); a DNS-1123 label,
+    /// checked at start-up.
+    #[arg(long, env = "VARROA_CLUSTER", default_value = "local")]
+    pub cluster: String,
     /// A mite whose last heartbeat (written by the gateway every 10s by default) is older than
     /// this counts as lost: its controller shows `Mite unreachable`.
     #[arg(long, env = "VARROA_MITE_HEARTBEAT_TIMEOUT", default_value = "45s", value_parser = parse_duration)]
@@ -211,6 +216,7 @@ impl Config {
             nats_url: None,
             nats_credentials_file: None,
             nats_bucket_replicas: 1,
+            cluster: "local".into(),
             mite_heartbeat_timeout: Duration::from_secs(45),
             resync_interval: Duration::from_secs(300),
             stamp_interval: Duration::from_secs(300),

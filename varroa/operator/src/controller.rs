@@ -14,7 +14,8 @@
 //!    (OwnershipConflict), makes the controller Failed for a dwell;
 //! 4. for a controller with cells, replace a cell unready past its grace period;
 //! 5. the status (phase, conditions, attention), written only when it changed or when
-//!    lastReconciledAt is older than the stamp interval, and an Event for every change.
+//!    lastReconciledAt is older than the stamp interval, an Event for every change, and the
+//!    lifecycle activity of what the write changed (crate::activity; only with NATS).
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -32,7 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller as KubeController};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -55,6 +56,10 @@ pub struct Context {
     pub mites: Arc<dyn MiteSource>,
     pub world: WorldStores,
     pub fetcher: varroa_sources::Fetcher,
+    /// The lifecycle activity (published on NATS, or nowhere).
+    pub activity: crate::activity::Publisher,
+    /// The Controllers the watch has shown, to tell a deletion (only with activity on).
+    seen: Mutex<crate::activity::Seen>,
     /// True once every cache has listed (set by one task: kube's store readiness wakes only one
     /// waiter, so concurrent reconciles must not wait on it directly).
     world_ready: tokio::sync::watch::Receiver<bool>,
@@ -74,11 +79,21 @@ impl Context {
         metrics: Arc<Metrics>,
         mites: Arc<dyn MiteSource>,
         world: WorldStores,
+        activity: crate::activity::Publisher,
     ) -> Context {
         let (tx, world_ready) = tokio::sync::watch::channel(false);
         let w = world.clone();
+        let m = mites.clone();
         tokio::spawn(async move {
             if w.wait_ready().await.is_ok() {
+                // The mite source's first copy too (bounded: NATS may be away), so that a
+                // restarted operator does not report a connected controller as Running (and
+                // publish it) before it has read the mites' state.
+                if tokio::time::timeout(MITES_READY_WAIT, m.ready()).await.is_err() {
+                    tracing::warn!(
+                        "the mite source did not deliver its state within {MITES_READY_WAIT:?}; reconciling without it"
+                    );
+                }
                 let _ = tx.send(true);
             }
         });
@@ -92,6 +107,8 @@ impl Context {
             mites,
             world,
             fetcher,
+            activity,
+            seen: Mutex::default(),
             world_ready,
             failures: Mutex::new(HashMap::new()),
             dwell: Mutex::new(HashMap::new()),
@@ -122,9 +139,15 @@ impl Context {
     }
 
     /// Writes the status when it differs from the stored one (server-side apply on /status).
-    async fn write_status(&self, c: &Controller, status: &ControllerStatus) -> Result<()> {
+    /// Returns the stored status the write replaced (`Some(None)`: the Controller had none), or
+    /// `None` when nothing was written.
+    async fn write_status(
+        &self,
+        c: &Controller,
+        status: &ControllerStatus,
+    ) -> Result<Option<Option<ControllerStatus>>> {
         if c.status.as_ref() == Some(status) {
-            return Ok(());
+            return Ok(None);
         }
         let uid = c.uid().unwrap_or_default();
         let rv = c.resource_version().unwrap_or_default();
@@ -132,13 +155,18 @@ impl Context {
             ControllerStatus { last_reconciled_at: None, ..a.clone() }
                 == ControllerStatus { last_reconciled_at: None, ..b.clone() }
         };
+        // The stored status: this object's, unless it predates our own last write over it (the
+        // watch has not delivered that write yet).
+        let mut stored = c.status.clone();
         if let Ok(w) = self.written.lock()
             && let Some((over, last)) = w.get(&uid)
             && *over == rv
-            && same_but_stamp(last, status)
         {
-            // This object predates our last write of this very status: nothing to do.
-            return Ok(());
+            if same_but_stamp(last, status) {
+                // This object predates our last write of this very status: nothing to do.
+                return Ok(None);
+            }
+            stored = Some(last.clone());
         }
         let api: Api<Controller> = Api::namespaced(self.client.clone(), &c.namespace().unwrap_or_default());
         let body = serde_json::json!({
@@ -150,14 +178,14 @@ impl Context {
             Ok(_) => {}
             // Deleted since this pass read it: there is no status left to write, and the sweep
             // forgets what was kept about it.
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
             Err(e) => return Err(Error::kube(format!("writing the status of {}", key_of(c)), e)),
         }
         self.metrics.writes.record("ControllerStatus", opkit::apply::Outcome::Updated);
         if let Ok(mut w) = self.written.lock() {
             w.insert(uid, (rv, status.clone()));
         }
-        Ok(())
+        Ok(Some(stored))
     }
 
     /// Computes and writes the status; `clean` passes earn a lastReconciledAt.
@@ -173,12 +201,30 @@ impl Context {
                 st.last_reconciled_at = Some(Time(inputs.now));
             }
         }
-        self.write_status(c, &st).await?;
+        let causes = crate::activity::Causes::of(c, inputs.mite, inputs.rendered.as_ref().ok().copied());
+        if let Some(before) = self.write_status(c, &st).await? {
+            let changes = crate::activity::changes(before.as_ref(), &st, &causes);
+            self.activity.publish(&c.namespace().unwrap_or_default(), &c.name_any(), changes);
+        }
         self.metrics.set_phase(&c.uid().unwrap_or_default(), st.phase);
         for n in &notes {
             self.event(c, n).await;
         }
         Ok(())
+    }
+
+    /// Follows the Controllers' watch: a deleted controller is published (with activity on).
+    fn observe(&self, event: &watcher::Event<Controller>) {
+        if !self.activity.is_on() {
+            return;
+        }
+        let gone = match self.seen.lock() {
+            Ok(mut s) => s.observe(event),
+            Err(_) => return,
+        };
+        for (ns, name) in gone {
+            self.activity.deleted(&ns, &name);
+        }
     }
 
     fn backoff(&self, key: &str) -> Duration {
@@ -270,7 +316,8 @@ impl Context {
             + self.metrics.tracked_phases()
             + self.metrics.writes.verified().len()
             + self.events.tracked_series()
-            + self.mites.tracked();
+            + self.mites.tracked()
+            + self.seen.lock().map(|s| s.len()).unwrap_or(0);
         self.metrics.tracked_objects.set(i64::try_from(n).unwrap_or(i64::MAX));
         n
     }
@@ -285,6 +332,9 @@ fn shrink<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
 
 /// How many entries a sweep must drop before it returns freed memory to the system.
 const RELEASE_AFTER_DROPPED: usize = 256;
+
+/// How long the first reconciles wait for the mite source's first copy of the mites' state.
+pub const MITES_READY_WAIT: Duration = Duration::from_secs(10);
 
 /// How often state kept about deleted controllers is dropped (see [`Context::sweep`]).
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
@@ -661,17 +711,27 @@ pub async fn run(
     config: Config,
     metrics: Arc<Metrics>,
     mites: Arc<dyn MiteSource>,
+    activity: crate::activity::Publisher,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let controllers: Api<Controller> = Api::all(client.clone());
     let limits = kube::runtime::controller::Config::default().concurrency(config.max_concurrent_reconciles);
-    let kc = KubeController::new(controllers, watcher::Config::default()).with_config(limits);
-    let store = kc.store();
+    // The Controllers' watch as kube's Controller::new makes it, with a look at each event on
+    // the way (deletions are lifecycle activity).
+    let (store, writer) = kube::runtime::reflector::store();
     let (world, world_changes) = crate::world::start(&client, store.clone());
     let ours = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
     let pods_cfg = watcher::Config::default().labels(LABEL_CONTROLLER);
     let mite_changes = mite_stream(mites.changes());
-    let ctx = Arc::new(Context::new(client.clone(), config, metrics, mites, world.clone()));
+    let ctx = Arc::new(Context::new(client.clone(), config, metrics, mites, world.clone(), activity));
+    let seen = ctx.clone();
+    let watch = watcher(controllers, watcher::Config::default()).inspect(move |e| {
+        if let Ok(e) = e {
+            seen.observe(e);
+        }
+    });
+    let kc = KubeController::for_stream(kube::runtime::reflector(writer, watch).applied_objects(), store.clone())
+        .with_config(limits);
     let triggers = futures::stream::select(world_changes, mite_changes);
     // Controllers have no finalizer: what is kept about deleted ones is dropped by a sweep
     // against the controller's cache (complete once it has listed).

@@ -10,10 +10,12 @@
 //! | The mite's certificate and the gateway CA | certs.rs |
 //! | Phase, conditions, attention, Events | status.rs |
 //! | The source of mite connection state | mite.rs |
+//! | Lifecycle activity on NATS | activity.rs |
 //! | Flags, metrics | config.rs, metrics.rs |
 //! | `varroa-operator render` | render_cmd.rs |
 //! | `varroa-operator gateway-ca` | gateway_ca_cmd.rs |
 
+pub mod activity;
 pub mod certs;
 pub mod config;
 pub mod controller;
@@ -39,6 +41,7 @@ pub async fn run(
     config: Config,
     metrics: Arc<metrics::Metrics>,
     mites: Arc<dyn mite::MiteSource>,
+    activity: activity::Publisher,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let api: kube::Api<varroa_api::Controller> = kube::Api::all(client.clone());
@@ -47,6 +50,6 @@ pub async fn run(
             "cannot list Controllers ({e}): install the CRDs first (kubectl apply -f deploy/varroa/crds.yaml) and check the operator's RBAC"
         );
     }
-    controller::run(client, config, metrics, mites, shutdown).await;
+    controller::run(client, config, metrics, mites, activity, shutdown).await;
     Ok(())
 }

@@ -19,6 +19,12 @@
 //! bucket is watched too, so a restarted operator does not rewrite what is there. The sweep
 //! deletes the entries of controllers that are gone.
 //!
+//! **Ready.** [`MiteSource::ready`] resolves once both watches have replayed the buckets once
+//! (their last current value, or at once for an empty bucket): the operator's first reconciles
+//! wait for it (bounded), so a restarted operator does not take a connected mite for an absent
+//! one. The same NATS connection publishes the operator's lifecycle activity
+//! ([`KvLink::client`], crate::activity).
+//!
 //! **NATS down.** The watches reconnect by themselves (`varroa_link::nats::connect` re-reads the
 //! credential each time); while NATS is away the copy keeps its last state and freshness runs
 //! out, so controllers go `Mite unreachable` rather than pretending. A desired write that fails is
@@ -58,6 +64,9 @@ pub struct KvLink {
     desired_store: watch::Receiver<Option<Store>>,
     tx: broadcast::Sender<Key>,
     heartbeat_timeout: Duration,
+    client: async_nats::Client,
+    /// Whether each watch (mites, desired) has replayed its bucket once.
+    ready: watch::Receiver<(bool, bool)>,
 }
 
 impl KvLink {
@@ -65,8 +74,9 @@ impl KvLink {
     /// retrying while NATS is away).
     pub async fn start(settings: LinkSettings) -> Result<Arc<KvLink>, varroa_link::nats::NatsError> {
         let client = varroa_link::nats::connect(&settings.nats).await?;
-        let js = async_nats::jetstream::new(client);
+        let js = async_nats::jetstream::new(client.clone());
         let (store_tx, store_rx) = watch::channel(None);
+        let (ready_tx, ready) = watch::channel((false, false));
         let link = Arc::new(KvLink {
             cells: Mutex::default(),
             connected: Mutex::default(),
@@ -74,11 +84,25 @@ impl KvLink {
             desired_store: store_rx,
             tx: broadcast::channel(4096).0,
             heartbeat_timeout: settings.heartbeat_timeout.max(Duration::from_secs(1)),
+            client,
+            ready,
         });
-        tokio::spawn(watch_mites(Arc::downgrade(&link), js.clone(), settings.replicas));
-        tokio::spawn(watch_desired(Arc::downgrade(&link), js, settings.replicas, store_tx));
+        let ready_tx = Arc::new(ready_tx);
+        tokio::spawn(watch_mites(Arc::downgrade(&link), js.clone(), settings.replicas, ready_tx.clone()));
+        tokio::spawn(watch_desired(Arc::downgrade(&link), js, settings.replicas, store_tx, ready_tx));
         tokio::spawn(freshness(Arc::downgrade(&link)));
         Ok(link)
+    }
+
+    /// The NATS connection (for the operator's activity: core NATS publishes).
+    pub fn client(&self) -> async_nats::Client {
+        self.client.clone()
+    }
+
+    /// Resolves once both buckets have been read once (see the module docs).
+    pub async fn wait_ready(&self) {
+        let mut rx = self.ready.clone();
+        let _ = rx.wait_for(|(m, d)| *m && *d).await;
     }
 
     fn notify(&self, key: &Key) {
@@ -161,6 +185,9 @@ impl MiteSource for KvLink {
     }
     fn changes(&self) -> broadcast::Receiver<(String, String)> {
         self.tx.subscribe()
+    }
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.wait_ready())
     }
     fn publish_desired<'a>(
         &'a self,
@@ -256,7 +283,14 @@ async fn open_and_watch(
     }
 }
 
-async fn watch_mites(link: std::sync::Weak<KvLink>, js: async_nats::jetstream::Context, replicas: usize) {
+type ReadyTx = Arc<watch::Sender<(bool, bool)>>;
+
+async fn watch_mites(
+    link: std::sync::Weak<KvLink>,
+    js: async_nats::jetstream::Context,
+    replicas: usize,
+    ready: ReadyTx,
+) {
     loop {
         let (store, mut watch) = open_and_watch(&js, kv::MITES_BUCKET, replicas).await;
         // A (re)opened watch replays every current value: cells it does not replay were deleted
@@ -266,6 +300,7 @@ async fn watch_mites(link: std::sync::Weak<KvLink>, js: async_nats::jetstream::C
         if store.status().await.is_ok_and(|s| s.values() == 0) {
             drop_unreplayed(&link, &HashSet::new());
             replayed = None;
+            ready.send_modify(|r| r.0 = true);
         }
         while let Some(entry) = watch.next().await {
             let Some(l) = link.upgrade() else { return };
@@ -276,47 +311,59 @@ async fn watch_mites(link: std::sync::Weak<KvLink>, js: async_nats::jetstream::C
                     break;
                 }
             };
-            let Ok(mk) = entry.key.parse::<MiteKey>() else {
+            let replay_done = entry.delta == 0;
+            let parsed = entry.key.parse::<MiteKey>().ok();
+            if parsed.is_none() {
                 tracing::warn!(key = %entry.key, "an entry in {} with a key that is not <ns>.<controller>.<cell>; ignored", kv::MITES_BUCKET);
-                continue;
-            };
-            let key = (mk.controller.namespace().to_string(), mk.controller.controller().to_string());
-            if let Some(seen) = replayed.as_mut() {
+            }
+            let key = parsed
+                .as_ref()
+                .map(|mk| (mk.controller.namespace().to_string(), mk.controller.controller().to_string()));
+            if let (Some(seen), Some(key), Some(mk)) = (replayed.as_mut(), &key, &parsed) {
                 seen.insert((key.clone(), mk.cell));
-                if entry.delta == 0 {
-                    drop_unreplayed(&link, seen);
-                    replayed = None;
-                }
             }
-            let value = match entry.operation {
-                Operation::Put => match kv::decode_mite(&entry.key, &entry.value) {
-                    Ok(v) => Some(v),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "ignored");
-                        continue;
-                    }
-                },
-                Operation::Delete | Operation::Purge => None,
-            };
-            if let Ok(mut cells) = l.cells.lock() {
-                let c = cells.entry(key.clone()).or_default();
-                match value {
-                    Some(v) => {
-                        c.insert(mk.cell, v);
-                    }
-                    None => {
-                        c.remove(&mk.cell);
-                    }
-                }
-                if c.is_empty() {
-                    cells.remove(&key);
-                }
+            if replay_done && let Some(seen) = replayed.take() {
+                drop_unreplayed(&link, &seen);
             }
-            l.notify(&key);
+            if let (Some(mk), Some(key)) = (parsed, key) {
+                apply_mite_entry(&l, &entry, mk.cell, key);
+            }
+            if replay_done {
+                ready.send_modify(|r| r.0 = true);
+            }
         }
         // The watch ended (NATS went away): open it again, which re-reads every value.
         tokio::time::sleep(retry_delay(0)).await;
     }
+}
+
+/// Puts (or removes) one cell's entry into the copy and wakes its controller.
+fn apply_mite_entry(l: &KvLink, entry: &async_nats::jetstream::kv::Entry, cell: u32, key: Key) {
+    let value = match entry.operation {
+        Operation::Put => match kv::decode_mite(&entry.key, &entry.value) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "ignored");
+                return;
+            }
+        },
+        Operation::Delete | Operation::Purge => None,
+    };
+    if let Ok(mut cells) = l.cells.lock() {
+        let c = cells.entry(key.clone()).or_default();
+        match value {
+            Some(v) => {
+                c.insert(cell, v);
+            }
+            None => {
+                c.remove(&cell);
+            }
+        }
+        if c.is_empty() {
+            cells.remove(&key);
+        }
+    }
+    l.notify(&key);
 }
 
 /// Drops the cells a replay did not bring back (deleted while the watch was away), waking their
@@ -344,16 +391,22 @@ async fn watch_desired(
     js: async_nats::jetstream::Context,
     replicas: usize,
     store_tx: watch::Sender<Option<Store>>,
+    ready: ReadyTx,
 ) {
     loop {
         let (store, mut watch) = open_and_watch(&js, kv::DESIRED_BUCKET, replicas).await;
+        if store.status().await.is_ok_and(|s| s.values() == 0) {
+            ready.send_modify(|r| r.1 = true);
+        }
         store_tx.send_replace(Some(store));
         while let Some(entry) = watch.next().await {
             let Some(l) = link.upgrade() else { return };
             let Ok(entry) = entry else { break };
-            let Ok(ck) = entry.key.parse::<ControllerKey>() else { continue };
-            let key = (ck.namespace().to_string(), ck.controller().to_string());
-            if let Ok(mut d) = l.desired.lock() {
+            let replay_done = entry.delta == 0;
+            if let Ok(ck) = entry.key.parse::<ControllerKey>()
+                && let Ok(mut d) = l.desired.lock()
+            {
+                let key = (ck.namespace().to_string(), ck.controller().to_string());
                 match entry.operation {
                     Operation::Put => match kv::decode_desired(&entry.key, &entry.value) {
                         Ok(v) => {
@@ -367,6 +420,9 @@ async fn watch_desired(
                         d.remove(&key);
                     }
                 }
+            }
+            if replay_done {
+                ready.send_modify(|r| r.1 = true);
             }
         }
         // The watch ended (NATS went away): open it again, which re-reads every value.

@@ -73,6 +73,8 @@ fn main() {
 }
 
 async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
+    // The cluster name goes into activity subjects: refuse a bad one before anything starts.
+    varroa_operator::activity::check_cluster(&config.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
     // Every request has a connect and a read timeout: a dead connection fails instead of hanging.
     let kube_config = opkit::process::kube_config(config.client_timeouts())
         .await
@@ -99,8 +101,9 @@ async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
         shutdown_grace: config.shutdown_grace,
         lease_timing: opkit::leader::LeaseTiming::default(),
     };
-    // The control link: mite state from varroa_mites, desired configuration to varroa_desired.
-    let mites: Arc<dyn varroa_operator::mite::MiteSource> = match &config.nats_url {
+    // The control link: mite state from varroa_mites, desired configuration to varroa_desired;
+    // lifecycle activity on activity.<cluster>.* over the same connection.
+    let (mites, activity): (Arc<dyn varroa_operator::mite::MiteSource>, _) = match &config.nats_url {
         Some(url) => {
             let settings = varroa_operator::link::LinkSettings {
                 nats: varroa_link::nats::ConnectSettings {
@@ -115,18 +118,21 @@ async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
             let link = varroa_operator::link::KvLink::start(settings)
                 .await
                 .map_err(|e| anyhow::anyhow!("the control link (--nats-url {url}): {e}"))?;
-            tracing::info!(target: "varroa_operator", nats = %url, "control link on: mite state from varroa_mites, desired configuration to varroa_desired");
-            link
+            let activity = varroa_operator::activity::Publisher::nats(link.client(), &config.cluster)
+                .map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
+            tracing::info!(target: "varroa_operator", nats = %url, cluster = %config.cluster, "control link on: mite state from varroa_mites, desired configuration to varroa_desired, lifecycle activity on activity.{}.*", config.cluster);
+            (link, activity)
         }
         None => {
-            tracing::warn!(target: "varroa_operator", "no --nats-url: the control link is off; running controllers stop at Running and configuration changes reach Jenkins only when its pod restarts");
-            Arc::new(varroa_operator::mite::NoGateway::default())
+            tracing::warn!(target: "varroa_operator", "no --nats-url: the control link is off; running controllers stop at Running, configuration changes reach Jenkins only when its pod restarts, and no lifecycle activity is published");
+            (Arc::new(varroa_operator::mite::NoGateway::default()), varroa_operator::activity::Publisher::off())
         }
     };
+    activity.register(&mut registry);
     // Signals, health, leader election, shutdown (opkit::process): a controller that stops by
     // itself or a lost Lease ends the process with an error (exit 1), SIGTERM with Ok (exit 0).
     opkit::process::run(client.clone(), options, Arc::new(registry), move |shutdown| {
-        varroa_operator::run(client, config, metrics, mites, shutdown)
+        varroa_operator::run(client, config, metrics, mites, activity, shutdown)
     })
     .await
     .map_err(anyhow::Error::from)

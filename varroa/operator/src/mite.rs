@@ -42,6 +42,11 @@ pub trait MiteSource: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<bool, String>> {
         Box::pin(async { Ok(false) })
     }
+    /// Resolves once the source holds its first complete copy of the mites' state (the control
+    /// link's first read of `varroa_mites`); before it, a connected mite may look absent.
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
     /// Forget the controllers not in `live` (`namespace`, `name`).
     fn sweep(&self, _live: &HashSet<(String, String)>) {}
     /// Entries kept about controllers (for `varroa_tracked_objects`).

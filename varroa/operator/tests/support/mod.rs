@@ -165,13 +165,24 @@ impl Env {
 
     /// The operator with another source of mite state (the real control link).
     pub fn start_operator_with(&mut self, config: Config, mites: Arc<dyn varroa_operator::mite::MiteSource>) {
+        self.start_operator_publishing(config, mites, varroa_operator::activity::Publisher::off());
+    }
+
+    /// The operator with a source of mite state and a lifecycle activity publisher.
+    pub fn start_operator_publishing(
+        &mut self,
+        config: Config,
+        mites: Arc<dyn varroa_operator::mite::MiteSource>,
+        activity: varroa_operator::activity::Publisher,
+    ) {
         assert!(self.op.is_none(), "an operator is already running");
         let metrics = Arc::new(Metrics::new());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let shutdown = async move {
             let _ = rx.await;
         };
-        let task = tokio::spawn(varroa_operator::run(self.sa.clone(), config, metrics.clone(), mites, shutdown));
+        let task =
+            tokio::spawn(varroa_operator::run(self.sa.clone(), config, metrics.clone(), mites, activity, shutdown));
         self.op = Some(Operator { stop: Some(tx), task: Some(task), metrics });
     }
 
