@@ -470,10 +470,10 @@ impl Kubectl {
 
     /// Wait until the operator's Deployment is Available; on timeout, fail with what its
     /// ReplicaSets and pods say (a pod refused by Pod Security shows there as FailedCreate).
-    /// The NATS credentials Secrets of the operator and the gateway, made the way
+    /// The NATS credentials Secrets of the operator, the gateway and the recorder, made the way
     /// deploy/varroa/nats.yaml tells a user to.
     fn create_nats_secrets(&self) {
-        for c in ["operator", "gateway"] {
+        for c in ["operator", "gateway", "recorder"] {
             let password = format!("{c}-{}", std::process::id());
             let credentials = format!("--from-literal=credentials=user=varroa-{c}\npassword={password}\n");
             let name = format!("varroa-nats-{c}");

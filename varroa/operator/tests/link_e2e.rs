@@ -482,3 +482,140 @@ async fn a_killed_gateway_shows_mite_unreachable_and_its_return_applies_nothing_
     }
     w.env.stop_operator().await;
 }
+
+/// The build data plane's events path end to end (issue 13): the pods' Jenkins doubles play
+/// the Varroa plugin and send their builds' events to their own mite over the pod's loopback
+/// (the token from the in-memory volume the operator mounts), the mites carry them to the real
+/// gateway, the gateway into JetStream `varroa_builds`, the real recorder into a real
+/// PostgreSQL; `varroa builds` and `varroa build` read them back as a user does, and the
+/// gateway's activity (the mites connecting) is drained into the activity table.
+///
+/// Without build claims (not built yet), each cell numbers its builds itself, so the two cells
+/// run different jobs here; with claims they will share one sequence per job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builds_of_two_cells_reach_the_record_store_and_varroa_builds_lists_them() {
+    let bins = bins();
+    let mut w = world().await;
+    let gw = gateway(&w.ca, &w.nats, w.dir.path()).await;
+    w.start_operator(&gw.grpc_addr.to_string(), Duration::from_secs(15)).await;
+    let pg = varroa_recorder::testing::PgServer::start().expect("PostgreSQL starts (make deps installs it)");
+    let db = pg.create_database("records").await.expect("a database");
+    let recorder = varroa_recorder::start(varroa_recorder::RecorderConfig {
+        database: varroa_recorder::DbSettings {
+            url: db.clone(),
+            password_file: None,
+            application_name: "varroa-recorder e2e".into(),
+        },
+        nats: ConnectSettings {
+            url: w.nats.url(),
+            credentials_file: None,
+            name: "varroa-recorder/e2e".into(),
+            max_reconnect_delay: Duration::from_millis(500),
+        },
+        health_listen: "127.0.0.1:0".parse().expect("an address"),
+        consumers: varroa_recorder::ConsumerSettings {
+            batch_size: 256,
+            ack_wait: Duration::from_secs(30),
+            stream_replicas: 1,
+        },
+        retention: Default::default(),
+    })
+    .await
+    .expect("the recorder starts");
+    // Ready: its streams exist, so the activity of the mites connecting below is captured
+    // (core NATS keeps nothing for a stream that is not there yet).
+    let ready = recorder.readiness.clone();
+    support::eventually("the recorder is ready", || ready.is_ready()).await;
+    let env = &w.env;
+    env.create("cells", json!({"cells": 2})).await;
+    env.wait_phase("cells", ControllerPhase::Connected).await;
+
+    // Each cell's Jenkins gets a job (as a job-dsl seed job would define it) and runs 50 builds.
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("an HTTP client");
+    for (cell, job) in [(0, "team/app"), (1, "team/lib")] {
+        let p = pod(env, &format!("cells-{cell}")).await;
+        let ip = p.status.and_then(|s| s.pod_ip).expect("the pod has its IP");
+        let base = format!("http://{ip}:8080/__double");
+        let jobs = format!(
+            "jobs:\n  - name: {job}\n    stages: [{{name: Build, duration_ms: 0}}, {{name: Test, duration_ms: 0}}]\n    tests: {{total: 12, failed: 0, skipped: 2}}\n"
+        );
+        let r = http.put(format!("{base}/jobs")).body(jobs).send().await.expect("define the job");
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap_or_default());
+        let r = http
+            .post(format!("{base}/builds"))
+            .json(&json!({"job": job, "count": 50, "wait": true}))
+            .send()
+            .await
+            .expect("run the builds");
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap_or_default());
+    }
+
+    // `varroa builds` lists all 100, finished, numbered 1 to 50 per job, each on its cell.
+    let varroa = |args: &[&str]| {
+        let out = std::process::Command::new(&bins.varroa)
+            .args(args)
+            .args(["-n", TEAM, "--database-url", &db])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run varroa");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let listed = until("varroa builds lists 100 finished builds", || async {
+        let (ok, out, err) = varroa(&["builds", "cells", "--limit", "500", "-o", "json"]);
+        if !ok {
+            return Err(err);
+        }
+        let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+        let items = v["items"].as_array().cloned().unwrap_or_default();
+        let done = items.iter().filter(|b| b["result"] == "SUCCESS").count();
+        if items.len() == 100 && done == 100 {
+            Ok(items)
+        } else {
+            Err(format!("{} listed, {done} finished", items.len()))
+        }
+    })
+    .await;
+    for (cell, job) in [(0, "team/app"), (1, "team/lib")] {
+        let mut numbers: Vec<u64> =
+            listed.iter().filter(|b| b["job"] == job).filter_map(|b| b["number"].as_u64()).collect();
+        numbers.sort();
+        assert_eq!(numbers, (1..=50).collect::<Vec<u64>>(), "{job}: gap-free, each once");
+        assert!(listed.iter().filter(|b| b["job"] == job).all(|b| b["cell"] == cell), "{job} ran on cell {cell}");
+    }
+    let (ok, table, err) = varroa(&["builds", "cells", "--job", "team/app", "--limit", "3"]);
+    assert!(ok, "{err}");
+    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["JOB", "NUMBER", "RESULT", "DURATION", "CELL", "STARTED"]);
+    assert!(
+        table.lines().nth(1).is_some_and(|l| l.starts_with("team/app") && l.contains("50") && l.contains("SUCCESS")),
+        "{table}"
+    );
+
+    // One build in detail: its stages in order and its tests.
+    let (ok, detail, err) = varroa(&["build", "cells", "team/lib", "7"]);
+    assert!(ok, "{err}");
+    let flat = detail.split_whitespace().collect::<Vec<_>>().join(" ");
+    for want in ["SUCCESS", "Build", "Test", "12 total", "2 skipped"] {
+        assert!(flat.contains(want), "varroa build lacks {want:?}:\n{detail}");
+    }
+    assert!(flat.find("Build").unwrap_or(usize::MAX) < flat.rfind("Test").unwrap_or(0), "stages in order:\n{detail}");
+
+    // The gateway's activity (each cell's mite connecting) reached the activity table.
+    until("the mites' connections are in the activity table", || async {
+        let (ok, out, err) = varroa(&["activity", "cells", "--since", "1h", "-o", "json"]);
+        if !ok {
+            return Err(err);
+        }
+        let connected = out.matches("MiteConnected").count();
+        if connected >= 2 { Ok(()) } else { Err(out) }
+    })
+    .await;
+
+    recorder.shutdown().await;
+    w.env.stop_operator().await;
+    gw.shutdown().await;
+}

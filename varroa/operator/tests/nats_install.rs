@@ -1,10 +1,12 @@
 //! deploy/varroa/nats.yaml's accounts, run by a real nats-server: each component's NATS user can
 //! do what that component does (the operator through its real `KvLink`; the gateway's part
-//! played with its bucket operations) and is refused what belongs to the other.
+//! played with its bucket operations and publishes; the recorder through its real consumer) and
+//! is refused what belongs to the others.
 
 use futures::StreamExt;
 use serde_json::Value;
 use std::time::Duration;
+use varroa_link::builds::{self, RecordedEvent};
 use varroa_link::kv::{self, DesiredEntry, MiteEntry};
 use varroa_link::nats::ConnectSettings;
 use varroa_link::testing::NatsServer;
@@ -45,7 +47,11 @@ async fn each_component_user_can_do_its_part_and_not_the_others() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let nats = NatsServer::start_with_config(
         &accounts_conf(),
-        &[("OPERATOR_PASSWORD", "operator-secret"), ("GATEWAY_PASSWORD", "gateway-secret")],
+        &[
+            ("OPERATOR_PASSWORD", "operator-secret"),
+            ("GATEWAY_PASSWORD", "gateway-secret"),
+            ("RECORDER_PASSWORD", "recorder-secret"),
+        ],
     )
     .expect("nats-server starts with the shipped accounts");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -118,4 +124,117 @@ async fn each_component_user_can_do_its_part_and_not_the_others() {
         !put_ok(&mites_op, "team-a.ci.0", kv::encode(&MiteEntry::default())).await,
         "the operator may not write varroa_mites"
     );
+}
+
+/// The build data plane's users: the gateway stores build events in varroa_builds (and cannot
+/// read them back); the recorder, through its real consumer, reads them into PostgreSQL (and
+/// cannot publish build events or touch the control link's buckets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_stores_build_events_the_recorder_records_them_and_neither_does_more() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let nats = NatsServer::start_with_config(
+        &accounts_conf(),
+        &[
+            ("OPERATOR_PASSWORD", "operator-secret"),
+            ("GATEWAY_PASSWORD", "gateway-secret"),
+            ("RECORDER_PASSWORD", "recorder-secret"),
+        ],
+    )
+    .expect("nats-server starts with the shipped accounts");
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // The gateway's part: open varroa_builds and publish a stamped event with its message id.
+    let gw = varroa_link::nats::connect(&settings(&nats, dir.path(), "varroa-gateway", "gateway-secret"))
+        .await
+        .expect("gateway");
+    let gw_js = async_nats::jetstream::new(gw.clone());
+    builds::open_stream(&gw_js, 1).await.expect("the gateway creates varroa_builds");
+    let event = |id: &str, body: serde_json::Value| RecordedEvent {
+        cluster: "local".into(),
+        namespace: "team-a".into(),
+        controller: "ci".into(),
+        cell: 0,
+        received: jiff::Timestamp::now(),
+        event: builds::parse_event(
+            &serde_json::json!({"v": 1, "id": id, "time": "2026-12-03T08:00:00Z", "job": "app", "build": 1})
+                .as_object()
+                .map(|o| {
+                    let mut o = o.clone();
+                    o.extend(body.as_object().cloned().unwrap_or_default());
+                    serde_json::Value::Object(o)
+                })
+                .expect("an object"),
+        )
+        .expect("a valid event"),
+    };
+    let subject = builds::subject("local", &kv::ControllerKey::new("team-a", "ci").expect("a key"));
+    for e in [
+        event("app#1:started", serde_json::json!({"kind": "started"})),
+        event("app#1:finished", serde_json::json!({"kind": "finished", "result": "SUCCESS", "duration_ms": 1200})),
+    ] {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", e.msg_id().as_str());
+        let ack = gw_js
+            .publish_with_headers(subject.clone(), headers, kv::encode(&e))
+            .await
+            .expect("the gateway may publish build events");
+        tokio::time::timeout(Duration::from_secs(5), ack).await.expect("in time").expect("JetStream stores it");
+    }
+    // ... but not read them: creating a consumer on varroa_builds is refused.
+    let stream = gw_js.get_stream(builds::STREAM).await.expect("stream info");
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        stream.create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("snoop".into()),
+            ..Default::default()
+        }),
+    )
+    .await;
+    assert!(!matches!(refused, Ok(Ok(_))), "the gateway may not read varroa_builds");
+
+    // The recorder's part, through its real consumer, into a real PostgreSQL.
+    let pg = varroa_recorder::testing::PgServer::start().expect("PostgreSQL starts");
+    let db = pg.create_database("records").await.expect("a database");
+    let recorder = varroa_recorder::start(varroa_recorder::RecorderConfig {
+        database: varroa_recorder::DbSettings { url: db, password_file: None, application_name: "recorder".into() },
+        nats: settings(&nats, dir.path(), "varroa-recorder", "recorder-secret"),
+        health_listen: "127.0.0.1:0".parse().expect("an address"),
+        consumers: varroa_recorder::ConsumerSettings {
+            batch_size: 64,
+            ack_wait: Duration::from_secs(30),
+            stream_replicas: 1,
+        },
+        retention: Default::default(),
+    })
+    .await
+    .expect("the recorder starts");
+    let (pgc, conn) = tokio_postgres::connect(&pg.config("records"), tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let row = pgc.query_opt("SELECT result, duration_ms FROM runs WHERE job = 'app' AND build = 1", &[]).await;
+        if let Ok(Some(ref r)) = row
+            && r.get::<_, Option<String>>(0).as_deref() == Some("SUCCESS")
+        {
+            assert_eq!(r.get::<_, Option<i64>>(1), Some(1200));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the recorder records the build: {row:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The recorder may not publish build events or write the control link's buckets.
+    let rec = varroa_link::nats::connect(&settings(&nats, dir.path(), "varroa-recorder", "recorder-secret"))
+        .await
+        .expect("recorder");
+    let rec_js = async_nats::jetstream::new(rec.clone());
+    let forged = tokio::time::timeout(Duration::from_secs(3), async {
+        rec_js.publish(subject.clone(), "{}".into()).await.ok()?.await.ok()
+    })
+    .await;
+    assert!(!matches!(forged, Ok(Some(_))), "the recorder may not publish build events");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), kv::open_mites(&rec_js, 1)).await.map_or(true, |r| r.is_err()),
+        "the recorder may not open varroa_mites"
+    );
+    recorder.shutdown().await;
 }
