@@ -912,6 +912,18 @@ impl Session {
                             self.shared.metrics.message("log_chunk");
                             self.log_chunk(chunk, &tx);
                         }
+                        Some(mite_message::Kind::ClaimRequest(req)) => {
+                            self.shared.metrics.message("claim_request");
+                            // Forwarding claims to the ledger is not built in this gateway yet.
+                            let answer = pb::ClaimAnswer {
+                                id: req.id,
+                                decision: pb::ClaimDecision::LedgerDown as i32,
+                                retry_after_ms: 5_000,
+                                error: "this gateway does not forward build claims".into(),
+                                ..Default::default()
+                            };
+                            let _ = tx.try_send(Ok(message(gateway_message::Kind::ClaimAnswer(answer))));
+                        }
                         Some(mite_message::Kind::Hello(_)) => {
                             self.shared.metrics.message("hello_again");
                             let _ = tx.try_send(Err(Status::invalid_argument("Hello is only valid as the first message")));

@@ -10,6 +10,8 @@
 //!   gateway): bucket names and settings, key encoding, and the JSON entries.
 //! - [`builds`]: build events (plugin -> mite -> gateway -> `varroa_builds` -> recorder): their
 //!   JSON shapes and validation, the stream's settings and subjects.
+//! - [`claims`]: build claims (plugin -> mite -> gateway -> the ledger over NATS request/reply):
+//!   the plugin's request and answer, the ledger's request and answer, the budget rule.
 //! - [`activity`]: activity events and their subjects (`activity.<cluster>.<ns>.<ctrl>`).
 //! - [`nats`]: connecting to NATS with a credential re-read from a file on every (re)connect,
 //!   so a rotated password needs no restart (every Varroa component connects this way).
@@ -20,6 +22,7 @@
 
 pub mod activity;
 pub mod builds;
+pub mod claims;
 pub mod client;
 pub mod kv;
 pub mod nats;

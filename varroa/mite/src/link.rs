@@ -781,7 +781,8 @@ impl Link {
                         }
                         Some(gateway_message::Kind::EventsAck(ack)) => pending.complete(ack.batch, ack),
                         Some(gateway_message::Kind::LogAck(ack)) => pending_logs.complete(ack.id, ack),
-                        Some(gateway_message::Kind::Welcome(_)) | None => {}
+                        // The mite sends no claims yet, so no answer is awaited.
+                        Some(gateway_message::Kind::Welcome(_) | gateway_message::Kind::ClaimAnswer(_)) | None => {}
                     },
                     Ok(None) => return Ok(SessionEnd::Closed("the gateway closed the stream".into())),
                     Err(status) => return Err(refusal(status)),
