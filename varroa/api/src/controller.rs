@@ -80,6 +80,59 @@ pub struct ControllerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub update_center: Option<String>,
+
+    /// Build claims: a queued build asks the ledger whether it may run and with which number
+    /// (one gap-free sequence per job across every cell). Claims are on only when the
+    /// installation has a build record store (the operator's `--build-records`); without it
+    /// Jenkins numbers builds itself and this setting has no effect. Changing it rolls the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<ClaimSettings>,
+}
+
+/// How a controller's build claims behave (docs/varroa/plugin-protocol.md, "Build claims").
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimSettings {
+    /// What a queued build does when no decision can be had from the ledger in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_ledger_down: Option<WhenLedgerDown>,
+}
+
+// The same spellings as `varroa_link::claims::WhenLedgerDown`, which the mite reads from
+// `VARROA_CLAIMS_WHEN_LEDGER_DOWN`: this crate stays free of the control link's dependencies,
+// and the operator converts.
+/// What a queued build does when no decision can be had from the ledger in time (the gateway
+/// or the ledger do not answer, or the ledger's database is away). `failClosed` (the default):
+/// builds wait in the queue until the ledger is back; numbers stay gap-free and no trigger runs
+/// twice. `failOpen`: builds go on with Jenkins' own numbers; while the ledger is away a trigger
+/// may run on several cells and a number may repeat or leave a gap in the build records.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WhenLedgerDown {
+    /// Builds wait in the queue, asking again, until the ledger is back: numbers stay gap-free
+    /// and no trigger runs on two cells, but no gated build starts while the ledger is away.
+    /// The default.
+    #[default]
+    FailClosed,
+    /// Builds go on at once with Jenkins' own numbers: while the ledger is away a trigger may
+    /// run on several cells and a number may repeat or leave a gap in the build records.
+    FailOpen,
+}
+
+impl WhenLedgerDown {
+    /// The spelling in the Controller spec and in the mite's environment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhenLedgerDown::FailClosed => "failClosed",
+            WhenLedgerDown::FailOpen => "failOpen",
+        }
+    }
+}
+
+impl std::fmt::Display for WhenLedgerDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The persistent volume of a controller.
@@ -343,4 +396,25 @@ pub struct ProvisioningDefaultsSpec {
     /// The settings; the same fields a Controller can set.
     #[serde(flatten)]
     pub settings: ControllerSettings,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_settings_are_spelled_as_the_mite_reads_them() {
+        let s: ControllerSettings =
+            serde_json::from_value(serde_json::json!({"claims": {"whenLedgerDown": "failOpen"}}))
+                .expect("claims parse");
+        assert_eq!(s.claims.and_then(|c| c.when_ledger_down), Some(WhenLedgerDown::FailOpen));
+        for w in [WhenLedgerDown::FailClosed, WhenLedgerDown::FailOpen] {
+            assert_eq!(serde_json::to_value(w).expect("serializes"), serde_json::json!(w.as_str()));
+            assert_eq!(w.to_string(), w.as_str());
+        }
+        assert_eq!(WhenLedgerDown::default(), WhenLedgerDown::FailClosed);
+        assert!(serde_json::from_value::<WhenLedgerDown>(serde_json::json!("open")).is_err());
+        // Left out, nothing is written (so an unset layer inherits).
+        assert_eq!(serde_json::to_value(ClaimSettings::default()).expect("serializes"), serde_json::json!({}));
+    }
 }

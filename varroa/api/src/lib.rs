@@ -25,9 +25,9 @@ pub use bundle::{
 };
 pub use common::{NameRef, PluginPin, PluginRequirement, Subject, SubjectKind};
 pub use controller::{
-    ApplyResult, Controller, ControllerClass, ControllerClassSpec, ControllerPhase, ControllerSettings, ControllerSpec,
-    ControllerStatus, Hibernation, IngressSettings, PowerState, ProvisioningDefaults, ProvisioningDefaultsSpec,
-    ResolvedSummary, Retention, Storage,
+    ApplyResult, ClaimSettings, Controller, ControllerClass, ControllerClassSpec, ControllerPhase, ControllerSettings,
+    ControllerSpec, ControllerStatus, Hibernation, IngressSettings, PowerState, ProvisioningDefaults,
+    ProvisioningDefaultsSpec, ResolvedSummary, Retention, Storage, WhenLedgerDown,
 };
 pub use lifecycle::{Attention, attention};
 pub use profile::{JenkinsVersionProfile, JenkinsVersionProfileSpec, LockedPlugin, UpdateCenter, UpdateCenterSpec};

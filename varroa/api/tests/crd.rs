@@ -87,9 +87,17 @@ async fn every_crd_applies_and_valid_examples_are_accepted() {
     assert!(doc.contains("JenkinsVersionProfile"), "{doc}");
     let out = tokio::task::block_in_place(|| kubectl(&dc, &["explain", "controller.spec"], None));
     let doc = ok(out, "kubectl explain controller.spec");
-    for field in
-        ["className", "composedBundleRef", "plugins", "powerState", "cells", "hibernation", "ingress", "storage"]
-    {
+    for field in [
+        "className",
+        "composedBundleRef",
+        "plugins",
+        "powerState",
+        "cells",
+        "hibernation",
+        "ingress",
+        "storage",
+        "claims",
+    ] {
         assert!(doc.contains(field), "kubectl explain controller.spec lacks {field}:\n{doc}");
     }
 }
@@ -153,6 +161,10 @@ async fn invalid_objects_are_refused_with_what_is_allowed() {
         (
             "apiVersion: varroa.dev/v1alpha1\nkind: Controller\nmetadata: {name: idle, namespace: default}\nspec: {hibernation: {idleAfter: 'soon'}}\n",
             "spec.hibernation.idleAfter",
+        ),
+        (
+            "apiVersion: varroa.dev/v1alpha1\nkind: ControllerClass\nmetadata: {name: open}\nspec: {claims: {whenLedgerDown: open}}\n",
+            "spec.claims.whenLedgerDown: Unsupported value: \"open\": supported values: \"failClosed\", \"failOpen\"",
         ),
         (
             "apiVersion: varroa.dev/v1alpha1\nkind: Controller\nmetadata: {name: dup, namespace: default}\nspec:\n  plugins:\n  - {name: git, version: '1'}\n  - {name: git, version: '2'}\n",

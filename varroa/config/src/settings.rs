@@ -65,6 +65,8 @@ pub fn built_in() -> ControllerSettings {
             retention: Some(varroa_api::Retention::Retain),
         }),
         cells: Some(1),
+        // Shown with its provenance like every other setting; the mite's own default too.
+        claims: Some(varroa_api::ClaimSettings { when_ledger_down: Some(varroa_api::WhenLedgerDown::FailClosed) }),
         ..Default::default()
     }
 }

@@ -420,3 +420,52 @@ fn a_file_with_a_bad_object_is_refused_naming_the_file_and_the_object() {
     assert!(err.contains("broken.yaml"), "{err}");
     let _ = World::default();
 }
+
+#[test]
+fn the_claims_failure_mode_resolves_most_specific_first_with_its_origin() {
+    use varroa_api::WhenLedgerDown::{FailClosed, FailOpen};
+    let world = |class: &str, controller: &str| {
+        with_profile(&format!(
+            r#"
+apiVersion: varroa.dev/v1alpha1
+kind: ProvisioningDefaults
+metadata: {{name: default}}
+spec: {{versionProfile: p1}}
+---
+apiVersion: varroa.dev/v1alpha1
+kind: ControllerClass
+metadata: {{name: c}}
+spec: {{{class}}}
+---
+apiVersion: varroa.dev/v1alpha1
+kind: Controller
+metadata: {{name: x, namespace: ns}}
+spec: {{className: c{controller}}}
+"#
+        ))
+    };
+    let mode = |l: &Loaded| {
+        let r = render_only(l).expect("renders");
+        (
+            r.settings.settings.claims.as_ref().and_then(|c| c.when_ledger_down),
+            r.settings.why("claims.whenLedgerDown").cloned(),
+        )
+    };
+    // Nobody sets it: Varroa's default, failClosed.
+    assert_eq!(mode(&world("", "")), (Some(FailClosed), Some(Layer::BuiltIn)));
+    // The class says failOpen.
+    assert_eq!(
+        mode(&world("claims: {whenLedgerDown: failOpen}", "")),
+        (Some(FailOpen), Some(Layer::Class("c".into())))
+    );
+    // The controller overrides the class back to failClosed.
+    assert_eq!(
+        mode(&world("claims: {whenLedgerDown: failOpen}", ", claims: {whenLedgerDown: failClosed}")),
+        (Some(FailClosed), Some(Layer::Controller))
+    );
+    // An empty claims section inherits.
+    assert_eq!(
+        mode(&world("claims: {whenLedgerDown: failOpen}", ", claims: {}")),
+        (Some(FailOpen), Some(Layer::Class("c".into())))
+    );
+}
