@@ -12,6 +12,8 @@
 //!   (opened here with the buckets) and answers it with an `EventsAck`.
 //! - Console logs: [`service`] writes each `LogChunk` to the log store ([`start_with`]'s
 //!   `--log-store`, through [`varroa_blobs`]) and answers it with a `LogAck`.
+//! - Build claims: [`service`] asks the ledger for each `ClaimRequest` with a core NATS request
+//!   on `varroa.claims.<cluster>.<ns>.<controller>` and answers it with a `ClaimAnswer`.
 //! - NATS through [`varroa_link::nats::connect`]: the credential is re-read from its file on
 //!   every reconnect, so a rotated password needs no restart either.
 //!
@@ -177,6 +179,7 @@ pub async fn start_with(
         shutdown_rx.clone(),
         Some(activity),
         logs,
+        Some(client.clone()),
     );
 
     let mut tasks = Vec::new();

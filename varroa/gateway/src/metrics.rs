@@ -4,6 +4,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -21,8 +22,17 @@ struct Outcome {
     outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Decision {
+    decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Why {
+    why: &'static str,
+}
+
 /// The gateway's metrics. Label values come from fixed sets (never from client input).
-#[derive(Default)]
 pub struct Metrics {
     streams: Gauge,
     refused: Family<Reason, Counter>,
@@ -34,6 +44,30 @@ pub struct Metrics {
     build_batches: Family<Outcome, Counter>,
     log_chunks: Family<Outcome, Counter>,
     log_bytes: Counter,
+    claims: Family<Decision, Counter>,
+    claims_ledger_down: Family<Why, Counter>,
+    claim_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            streams: Gauge::default(),
+            refused: Family::default(),
+            messages: Family::default(),
+            desired_pushed: Counter::default(),
+            kv_write_errors: Counter::default(),
+            tls_reloads: Family::default(),
+            build_events: Family::default(),
+            build_batches: Family::default(),
+            log_chunks: Family::default(),
+            log_bytes: Counter::default(),
+            claims: Family::default(),
+            claims_ledger_down: Family::default(),
+            // 1 ms to about 33 s: a claim's budget is at most 30 s.
+            claim_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+        }
+    }
 }
 
 impl Metrics {
@@ -66,6 +100,30 @@ impl Metrics {
             self.log_chunks.clone(),
         );
         r.register("log_bytes", "Console log bytes written to the log store", self.log_bytes.clone());
+        r.register(
+            "claims",
+            "Build claims answered, by decision (granted, refused, retry, rejected, ledger_down)",
+            self.claims.clone(),
+        );
+        r.register(
+            "claims_ledger_down",
+            "Build claims answered LEDGER_DOWN, by why (no_responders, timeout, nats_down, bad_reply, busy, budget)",
+            self.claims_ledger_down.clone(),
+        );
+        r.register(
+            "claim_seconds",
+            "How long the gateway took to answer a build claim (asking the ledger included)",
+            self.claim_seconds.clone(),
+        );
+    }
+    /// Counts a claim answered with `decision` after `seconds`.
+    pub fn claim(&self, decision: &'static str, seconds: f64) {
+        self.claims.get_or_create(&Decision { decision }).inc();
+        self.claim_seconds.observe(seconds);
+    }
+    /// Counts why a claim was answered LEDGER_DOWN.
+    pub fn claim_ledger_down(&self, why: &'static str) {
+        self.claims_ledger_down.get_or_create(&Why { why }).inc();
     }
     /// Counts a log chunk with `outcome`, and the bytes it wrote.
     pub fn log_chunk(&self, outcome: &'static str, bytes: usize) {

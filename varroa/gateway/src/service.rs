@@ -46,6 +46,16 @@
 //!    `LogAck` is sent once the write landed; a store that fails, or does not answer within
 //!    [`LOG_WRITE_TIMEOUT`], answers retry. After each landed chunk a [`varroa_blobs::Notice`] is
 //!    published on core NATS (`varroa.logs.<cluster>.<ns>.<controller>`) for live tails.
+//! 8. **Build claims.** Each `ClaimRequest` is decided in its own task, at most
+//!    [`MAX_CLAIMS_IN_FLIGHT`] per stream (more are answered `LEDGER_DOWN` with
+//!    [`CLAIM_BUSY_RETRY_AFTER_MS`] at once). The claim is checked again
+//!    ([`claims::check_fields`], the budget), stamped into a [`claims::LedgerRequest`] with the
+//!    gateway's cluster, the certificate's namespace and controller and the hello's cell (never
+//!    from the claim), and asked as a core NATS request on [`claims::subject`] with the gateway's
+//!    share of the budget as timeout ([`claims::forward_budget`]). The ledger's granted,
+//!    refused, retry and rejected become the `ClaimAnswer`'s decision; no responders, no answer
+//!    in time, NATS not connected or an unreadable reply answer `LEDGER_DOWN` with
+//!    [`CLAIM_RETRY_AFTER_MS`] and an error saying which.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -59,6 +69,7 @@ use tokio::sync::Semaphore;
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status, Streaming};
 use varroa_link::builds;
+use varroa_link::claims;
 use varroa_link::kv::{self, ApplyResultRecord, ControllerKey, MiteEntry, MiteKey};
 use varroa_link::proto::v1::{
     self as pb, GatewayMessage, MiteMessage, gateway_message, mite_link_server::MiteLink, mite_message,
@@ -152,6 +163,14 @@ pub const LOG_RETRY_AFTER_MS: u32 = 2_000;
 /// configure one; the binary always has one).
 pub const NO_LOG_STORE_RETRY_AFTER_MS: u32 = 30_000;
 
+/// The most `ClaimRequest`s one stream has waiting for the ledger at once; more are answered
+/// `LEDGER_DOWN` with [`CLAIM_BUSY_RETRY_AFTER_MS`] at once.
+pub const MAX_CLAIMS_IN_FLIGHT: usize = 32;
+/// The retry asked for when the ledger could not be asked or did not answer in time.
+pub const CLAIM_RETRY_AFTER_MS: u32 = 1_000;
+/// The retry asked for when the stream has [`MAX_CLAIMS_IN_FLIGHT`] claims in flight.
+pub const CLAIM_BUSY_RETRY_AFTER_MS: u32 = 250;
+
 /// Where console log chunks go: the log store, and NATS for the live-tail notices.
 pub struct LogSink {
     /// The chunk writer (with its per-build end cache).
@@ -183,6 +202,8 @@ pub struct Shared {
     stopping: watch::Receiver<bool>,
     activity: Option<Activity>,
     logs: Option<Arc<LogSink>>,
+    /// Where build claims are asked (core NATS request/reply); `None`: answered `LEDGER_DOWN`.
+    ledger: Option<async_nats::Client>,
 }
 
 /// The service (cheap to clone).
@@ -193,7 +214,8 @@ pub struct Gateway {
 
 impl Gateway {
     /// A service writing into the `varroa_mites` store once `mites` holds one, build events
-    /// into `varroa_builds` once `builds` holds its context, and console logs into `logs`.
+    /// into `varroa_builds` once `builds` holds its context, console logs into `logs`, and asking
+    /// the ledger for build claims with `ledger`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         options: GatewayOptions,
@@ -204,6 +226,7 @@ impl Gateway {
         stopping: watch::Receiver<bool>,
         activity: Option<Activity>,
         logs: Option<Arc<LogSink>>,
+        ledger: Option<async_nats::Client>,
     ) -> Self {
         Gateway {
             shared: Arc::new(Shared {
@@ -216,6 +239,7 @@ impl Gateway {
                 stopping,
                 activity,
                 logs,
+                ledger,
             }),
         }
     }
@@ -362,6 +386,7 @@ impl MiteLink for Gateway {
             hello,
             batches: Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT)),
             log_chunks: Arc::new(Semaphore::new(MAX_LOG_CHUNKS_IN_FLIGHT)),
+            claims: Arc::new(Semaphore::new(MAX_CLAIMS_IN_FLIGHT)),
         };
         // Everything from here runs in the session's own task: the handler returns at once, so a
         // client that goes away while the entry is written cannot leave a registered session
@@ -395,6 +420,8 @@ struct Session {
     batches: Arc<Semaphore>,
     /// Permits for log chunks being written.
     log_chunks: Arc<Semaphore>,
+    /// Permits for build claims waiting for the ledger.
+    claims: Arc<Semaphore>,
 }
 
 /// Where a stream's events come from: what the gateway stamps on them.
@@ -590,6 +617,100 @@ async fn write_log_chunk(
             )
         }
     }
+}
+
+/// The metric label of a decision.
+fn decision_label(decision: i32) -> &'static str {
+    match pb::ClaimDecision::try_from(decision).unwrap_or(pb::ClaimDecision::Unspecified) {
+        pb::ClaimDecision::Granted => "granted",
+        pb::ClaimDecision::Refused => "refused",
+        pb::ClaimDecision::Retry => "retry",
+        pb::ClaimDecision::Rejected => "rejected",
+        pb::ClaimDecision::LedgerDown | pb::ClaimDecision::Unspecified => "ledger_down",
+    }
+}
+
+fn ledger_down(id: u64, retry_after_ms: u32, error: String) -> pb::ClaimAnswer {
+    pb::ClaimAnswer {
+        id,
+        decision: pb::ClaimDecision::LedgerDown as i32,
+        retry_after_ms,
+        error: kv::bounded(&error, MAX_REJECTION_TEXT),
+        ..Default::default()
+    }
+}
+
+/// Asks the ledger within `share`; the answer, and why it is `LEDGER_DOWN` when it is.
+async fn ask_ledger(
+    client: &async_nats::Client,
+    subject: String,
+    request: &claims::LedgerRequest,
+    share: Duration,
+    id: u64,
+) -> (pb::ClaimAnswer, Option<&'static str>) {
+    use async_nats::RequestErrorKind;
+    let down = |why, error: String| (ledger_down(id, CLAIM_RETRY_AFTER_MS, error), Some(why));
+    if client.connection_state() != async_nats::connection::State::Connected {
+        return down("nats_down", "NATS is not connected: the ledger cannot be asked now".into());
+    }
+    let ms = share.as_millis();
+    let ask = client
+        .send_request(subject.clone(), async_nats::Request::new().payload(kv::encode(request)).timeout(Some(share)));
+    // The request's own timeout should end it; this bounds it whatever the client does.
+    let reply = match tokio::time::timeout(share, ask).await {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(e)) => {
+            return match e.kind() {
+                RequestErrorKind::NoResponders => down(
+                    "no_responders",
+                    format!("no ledger answers on {subject} (no responders: is the recorder's ledger running?)"),
+                ),
+                RequestErrorKind::TimedOut => down(
+                    "timeout",
+                    format!("the ledger did not answer within {ms} ms (the gateway's share of the budget)"),
+                ),
+                _ => down("nats_down", format!("cannot ask the ledger over NATS: {e}")),
+            };
+        }
+        Err(_) => {
+            return down(
+                "timeout",
+                format!("the ledger did not answer within {ms} ms (the gateway's share of the budget)"),
+            );
+        }
+    };
+    let answer = match serde_json::from_slice::<claims::LedgerAnswer>(&reply.payload) {
+        Ok(a) => a,
+        Err(e) => {
+            return down("bad_reply", format!("the ledger's reply on {subject} is not a LedgerAnswer: {e}"));
+        }
+    };
+    let decided = |decision: pb::ClaimDecision| pb::ClaimAnswer { id, decision: decision as i32, ..Default::default() };
+    let answer = match answer {
+        claims::LedgerAnswer::Granted { build } if (1..=builds::MAX_BUILD).contains(&build) => {
+            pb::ClaimAnswer { build, ..decided(pb::ClaimDecision::Granted) }
+        }
+        claims::LedgerAnswer::Granted { build } => {
+            return down("bad_reply", format!("the ledger granted build {build}, not a build number (1 to 2^53)"));
+        }
+        claims::LedgerAnswer::Refused { holder } => pb::ClaimAnswer {
+            holder,
+            error: format!("cell {holder} holds this trigger"),
+            ..decided(pb::ClaimDecision::Refused)
+        },
+        claims::LedgerAnswer::Retry { after_ms, reason } => {
+            let after = Duration::from_millis(after_ms).clamp(claims::MIN_RETRY_AFTER, claims::MAX_RETRY_AFTER);
+            pb::ClaimAnswer {
+                retry_after_ms: after.as_millis() as u32,
+                error: kv::bounded(&reason, MAX_REJECTION_TEXT),
+                ..decided(pb::ClaimDecision::Retry)
+            }
+        }
+        claims::LedgerAnswer::Rejected { error } => {
+            pb::ClaimAnswer { error: kv::bounded(&error, MAX_REJECTION_TEXT), ..decided(pb::ClaimDecision::Rejected) }
+        }
+    };
+    (answer, None)
 }
 
 enum Write {
@@ -805,6 +926,89 @@ impl Session {
         });
     }
 
+    /// Starts asking the ledger for a claim in its own task, or answers it at once (malformed, too
+    /// many in flight, no budget left, no NATS client).
+    fn claim_request(&self, req: pb::ClaimRequest, tx: &mpsc::Sender<Result<GatewayMessage, Status>>) {
+        let started = Instant::now();
+        let m = self.shared.metrics.clone();
+        let id = req.id;
+        let answer_now = |answer: pb::ClaimAnswer| {
+            m.claim(decision_label(answer.decision), started.elapsed().as_secs_f64());
+            if tx.try_send(Ok(message(gateway_message::Kind::ClaimAnswer(answer)))).is_err() {
+                tracing::warn!(mite = %self.key, "cannot queue a ClaimAnswer: the mite does not read its stream");
+            }
+        };
+        let down = |why: &'static str, retry_after_ms: u32, error: String| {
+            m.claim_ledger_down(why);
+            tracing::debug!(mite = %self.key, id, why, error = %error, "build claim answered LEDGER_DOWN");
+            answer_now(ledger_down(id, retry_after_ms, error));
+        };
+        let checked = claims::check_fields(&req.claim_id, &req.job, &req.trigger).and_then(|()| {
+            let max = claims::MAX_BUDGET.as_millis() as u32;
+            if req.budget_ms == 0 || req.budget_ms > max {
+                return Err(claims::ClaimError {
+                    field: "budget_ms".into(),
+                    reason: format!("{} is outside 1 to {max}", req.budget_ms),
+                });
+            }
+            Ok(())
+        });
+        if let Err(e) = checked {
+            tracing::warn!(mite = %self.key, id, error = %kv::bounded(&e.to_string(), kv::MAX_SHORT_FIELD), "build claim rejected as malformed");
+            return answer_now(pb::ClaimAnswer {
+                id,
+                decision: pb::ClaimDecision::Rejected as i32,
+                error: kv::bounded(&e.to_string(), MAX_REJECTION_TEXT),
+                ..Default::default()
+            });
+        }
+        let Some(client) = self.shared.ledger.clone() else {
+            return down("nats_down", CLAIM_RETRY_AFTER_MS, "this gateway has no NATS client to ask the ledger".into());
+        };
+        let Ok(permit) = self.claims.clone().try_acquire_owned() else {
+            return down(
+                "busy",
+                CLAIM_BUSY_RETRY_AFTER_MS,
+                format!("{MAX_CLAIMS_IN_FLIGHT} claims of this controller cell are waiting for the ledger; retry"),
+            );
+        };
+        let budget = Duration::from_millis(u64::from(req.budget_ms));
+        let Some(share) = claims::forward_budget(budget.saturating_sub(started.elapsed())) else {
+            return down(
+                "budget",
+                CLAIM_RETRY_AFTER_MS,
+                format!("the claim's budget ({} ms) leaves nothing to ask the ledger with", req.budget_ms),
+            );
+        };
+        let subject = claims::subject(&self.shared.options.cluster, &self.controller);
+        let ledger_request = claims::LedgerRequest {
+            cluster: self.shared.options.cluster.clone(),
+            namespace: self.controller.namespace().to_owned(),
+            controller: self.controller.controller().to_owned(),
+            cell: self.key.cell,
+            id: req.claim_id,
+            job: req.job,
+            trigger: req.trigger,
+            budget_ms: share.as_millis() as u64,
+        };
+        let mite = self.key.clone();
+        let tx = tx.clone();
+        let wait = self.shared.options.heartbeat_interval * 3;
+        tokio::spawn(async move {
+            let (answer, why) = ask_ledger(&client, subject, &ledger_request, share, id).await;
+            if let Some(why) = why {
+                m.claim_ledger_down(why);
+                tracing::warn!(%mite, claim = %ledger_request.id, why, error = %answer.error, "the ledger did not decide a build claim");
+            }
+            m.claim(decision_label(answer.decision), started.elapsed().as_secs_f64());
+            let msg = Ok(message(gateway_message::Kind::ClaimAnswer(answer)));
+            if let Ok(Err(_)) | Err(_) = tokio::time::timeout(wait, tx.send(msg)).await {
+                tracing::debug!(%mite, "the stream ended before its ClaimAnswer could be sent");
+            }
+            drop(permit);
+        });
+    }
+
     /// Sends `current` unless this stream already got its digest. False when the mite does not
     /// take it within three heartbeat intervals (it stopped reading: the stream is ended).
     async fn send_desired(
@@ -914,15 +1118,7 @@ impl Session {
                         }
                         Some(mite_message::Kind::ClaimRequest(req)) => {
                             self.shared.metrics.message("claim_request");
-                            // Forwarding claims to the ledger is not built in this gateway yet.
-                            let answer = pb::ClaimAnswer {
-                                id: req.id,
-                                decision: pb::ClaimDecision::LedgerDown as i32,
-                                retry_after_ms: 5_000,
-                                error: "this gateway does not forward build claims".into(),
-                                ..Default::default()
-                            };
-                            let _ = tx.try_send(Ok(message(gateway_message::Kind::ClaimAnswer(answer))));
+                            self.claim_request(req, &tx);
                         }
                         Some(mite_message::Kind::Hello(_)) => {
                             self.shared.metrics.message("hello_again");

@@ -9,7 +9,8 @@
 //!   results, heartbeats; reconnecting forever with capped, jittered back-off).
 //! - [`plugin`]: the plugin listener on the pod's loopback (docs/varroa/plugin-protocol.md): the
 //!   token file, `POST /v1/events` forwarded over the stream and answered once JetStream has the
-//!   events.
+//!   events, `POST /v1/logs/...` answered once the log store has the chunk, and `POST /v1/claims`
+//!   answered with the ledger's decision within the claim's budget.
 //! - [`settings`]: `run`'s flags and environment, validated at start-up.
 //! - [`plugins`]: `varroa-mite install-plugins`, the `plugins-init` step: locked, verified,
 //!   all-or-nothing plugin installation from an update site.

@@ -41,13 +41,19 @@
 //! landed in the log store, or why not); the chunks still waiting when the stream ends are failed
 //! (503: the plugin sends them again, and the store does not write a chunk twice).
 //!
+//! **Build claims.** The same again, claim by claim: each is numbered, sent as a
+//! `ClaimRequest`, and answered when the gateway's `ClaimAnswer` with that number arrives. The
+//! plugin listener waits only for its share of the claim's budget; an answer arriving after it
+//! finds nobody waiting and is dropped. The claims still waiting when the stream ends are failed
+//! at once (the listener answers them as the controller's whenLedgerDown says).
+//!
 //! **Shutdown.** [`MiteHandle::shutdown`] (SIGTERM in the binary) half-closes the request stream,
 //! waits briefly for the gateway to end the response stream, and returns.
 
 use crate::apply::{Applier, ApplyError, DesiredConfig};
 use crate::jenkins::{ClientConfig, JenkinsClient, Observation};
 use crate::plugin::{BatchSlot, Outbound, PluginMetrics, PluginServer};
-use crate::settings::RunSettings;
+use crate::settings::{ClaimSettings, RunSettings};
 use opkit::health::{HealthServer, Readiness};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -217,8 +223,14 @@ fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// Starts the observer, the applier, the link and the health listener; returns at once.
+/// Starts the observer, the applier, the link and the health listener; returns at once. The
+/// build claim gate is off ([`start_with`] sets it).
 pub async fn start(settings: RunSettings) -> Result<MiteHandle, RunError> {
+    start_with(settings, ClaimSettings::default()).await
+}
+
+/// [`start`], with the build claim settings (`--claims`, `--claims-when-ledger-down`).
+pub async fn start_with(settings: RunSettings, claims: ClaimSettings) -> Result<MiteHandle, RunError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut jcfg = ClientConfig::new(&settings.jenkins_url, &settings.jenkins_user, &settings.jenkins_token_file);
     jcfg.timeout = settings.jenkins_timeout;
@@ -240,7 +252,7 @@ pub async fn start(settings: RunSettings) -> Result<MiteHandle, RunError> {
             let path = &settings.plugin_token_file;
             let token = crate::plugin::write_token(path)
                 .map_err(|e| RunError::PluginToken { path: path.display().to_string(), reason: e.to_string() })?;
-            let server = PluginServer::bind(addr, token, batches.clone(), plugin_metrics)
+            let server = PluginServer::bind(addr, token, batches.clone(), claims, plugin_metrics)
                 .await
                 .map_err(|e| RunError::PluginListen { addr, reason: e.to_string() })?;
             tracing::info!(token_file = %path.display(), "plugin token written");
@@ -706,11 +718,13 @@ impl Link {
         };
         // From now until this function returns, the plugin's batches come to this stream (taken
         // before the status says connected, so that whoever sees connected can send).
-        let (batch_tx, mut batch_rx) =
-            mpsc::channel::<Outbound>(crate::plugin::MAX_IN_FLIGHT + crate::plugin::MAX_LOG_IN_FLIGHT);
+        let (batch_tx, mut batch_rx) = mpsc::channel::<Outbound>(
+            crate::plugin::MAX_IN_FLIGHT + crate::plugin::MAX_LOG_IN_FLIGHT + crate::plugin::MAX_CLAIMS_IN_FLIGHT,
+        );
         let _slot = self.batches.install(batch_tx);
         let mut pending = Pending::<pb::EventsAck>::new("batch");
         let mut pending_logs = Pending::<pb::LogAck>::new("chunk");
+        let mut pending_claims = Pending::<pb::ClaimAnswer>::new("claim");
         let s = &self.settings;
         Metrics::inc(&self.metrics.dials, "outcome", "welcomed");
         self.metrics.stream_up.set(1);
@@ -738,6 +752,7 @@ impl Link {
                     Some(mite_message::Kind::Heartbeat(_)) => "heartbeat",
                     Some(mite_message::Kind::BuildEvents(_)) => "build_events",
                     Some(mite_message::Kind::LogChunk(_)) => "log_chunk",
+                    Some(mite_message::Kind::ClaimRequest(_)) => "claim_request",
                     _ => "hello",
                 };
                 match tokio::time::timeout(send_timeout, tx.send(m)).await {
@@ -781,8 +796,8 @@ impl Link {
                         }
                         Some(gateway_message::Kind::EventsAck(ack)) => pending.complete(ack.batch, ack),
                         Some(gateway_message::Kind::LogAck(ack)) => pending_logs.complete(ack.id, ack),
-                        // The mite sends no claims yet, so no answer is awaited.
-                        Some(gateway_message::Kind::Welcome(_) | gateway_message::Kind::ClaimAnswer(_)) | None => {}
+                        Some(gateway_message::Kind::ClaimAnswer(answer)) => pending_claims.complete(answer.id, answer),
+                        Some(gateway_message::Kind::Welcome(_)) | None => {}
                     },
                     Ok(None) => return Ok(SessionEnd::Closed("the gateway closed the stream".into())),
                     Err(status) => return Err(refusal(status)),
@@ -819,6 +834,11 @@ impl Link {
                         let mut chunk = c.chunk;
                         chunk.id = pending_logs.add(c.respond);
                         send(pb::MiteMessage { kind: Some(mite_message::Kind::LogChunk(chunk)) }).await?;
+                    }
+                    Outbound::Claim(c) => {
+                        let mut claim = c.claim;
+                        claim.id = pending_claims.add(c.respond);
+                        send(pb::MiteMessage { kind: Some(mite_message::Kind::ClaimRequest(claim)) }).await?;
                     }
                 },
                 r = self.results.recv() => {

@@ -100,7 +100,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(a: RunArgs) -> ExitCode {
-    let settings = match a.validate() {
+    let (settings, claims) = match a.validate().and_then(|s| Ok((s, a.claim_settings()?))) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("varroa-mite run: {e}");
@@ -110,9 +110,10 @@ async fn run(a: RunArgs) -> ExitCode {
     tracing::info!(
         namespace = %settings.namespace, controller = %settings.controller, cell = settings.cell,
         gateway = %settings.gateway_url, jenkins = %settings.jenkins_url, plugin_listen = ?settings.plugin_listen,
+        claims_gate = claims.gate, when_ledger_down = claims.when_ledger_down.as_str(),
         "varroa-mite starting"
     );
-    let mite = match varroa_mite::link::start(settings).await {
+    let mite = match varroa_mite::link::start_with(settings, claims).await {
         Ok(m) => m,
         Err(e) => {
             eprintln!("varroa-mite run: {e}");

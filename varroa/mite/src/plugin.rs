@@ -24,7 +24,17 @@
 //!   is down, the ack is late, or the store cannot take it now. At most [`MAX_LOG_IN_FLIGHT`]
 //!   chunks are forwarded at once (more: `503`, `Retry-After: 1`), which bounds the memory of
 //!   chunks in flight to 4 MiB.
-//! - **`POST /v1/claims`**: specified, not built: `501`.
+//! - **`POST /v1/claims`.** A queued build's claim ([`claims::parse_request`]: `400` naming the
+//!   field, `413` above [`claims::MAX_REQUEST_BYTES`]). With the gate off
+//!   ([`ClaimSettings::gate`]) it is answered `ungated` at once. With it on, the deadline is the
+//!   request's arrival plus the claim's budget; the claim goes over the current gateway stream
+//!   as a `ClaimRequest` whose `budget_ms` is [`claims::forward_budget`] of what is left, and the
+//!   mite waits for the `ClaimAnswer` with its number until that share is spent (the rest is the
+//!   mite's own, to answer). Granted, refused and rejected (`400`) pass through; the ledger's
+//!   retry, the gateway's `LEDGER_DOWN`, the stream being down, no answer in time or more than
+//!   [`MAX_CLAIMS_IN_FLIGHT`] claims at once are answered as the controller's
+//!   [`WhenLedgerDown`] says: `retry` (failClosed) or `ungated` (failOpen). An answer that
+//!   arrives later is dropped.
 //! - At most [`MAX_IN_FLIGHT`] requests are served at once; more get `503` with `Retry-After: 1`.
 //!
 //! The link's session ([`crate::link`]) owns the other end: while a stream is welcomed it
@@ -33,6 +43,7 @@
 //! one still waiting when the stream ends, so the plugin gets `503` and sends again (the
 //! gateway's JetStream deduplicates events by id; the log store does not write a chunk twice).
 
+use crate::settings::ClaimSettings;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -56,6 +67,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use varroa_link::builds::{MAX_EVENTS_PER_BATCH, MAX_REQUEST_BYTES, parse_event, raw_id};
+use varroa_link::claims::{self, WhenLedgerDown};
 use varroa_link::proto::v1 as pb;
 
 /// The most plugin requests served at once.
@@ -65,6 +77,13 @@ pub const MAX_IN_FLIGHT: usize = 16;
 pub const MAX_LOG_IN_FLIGHT: usize = 4;
 /// The largest log chunk.
 pub const MAX_CHUNK_BYTES: usize = varroa_blobs::logs::MAX_CHUNK_BYTES;
+/// The most build claims waiting for their answer at once; more are answered as if the ledger
+/// were down, with [`BUSY_CLAIM_RETRY_AFTER`].
+pub const MAX_CLAIMS_IN_FLIGHT: usize = 64;
+/// The `after_ms` of a `retry` the mite decides itself (the stream is down, no answer in time).
+pub const CLAIM_RETRY_AFTER: Duration = Duration::from_millis(1_000);
+/// The `after_ms` of a `retry` because [`MAX_CLAIMS_IN_FLIGHT`] claims are waiting already.
+pub const BUSY_CLAIM_RETRY_AFTER: Duration = Duration::from_millis(250);
 /// How long a request waits for the gateway's acknowledgement of its batch.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long reading a request's headers, and then its body, may take.
@@ -100,6 +119,15 @@ pub(crate) struct OutboundChunk {
     pub respond: oneshot::Sender<Result<pb::LogAck, String>>,
 }
 
+/// A build claim for the gateway, and where its answer goes.
+#[derive(Debug)]
+pub(crate) struct OutboundClaim {
+    /// The claim (its `id` is set by the link).
+    pub claim: pb::ClaimRequest,
+    /// Completed with the gateway's answer, or with the reason the stream could not carry it.
+    pub respond: oneshot::Sender<Result<pb::ClaimAnswer, String>>,
+}
+
 /// What the plugin listener hands the current stream.
 #[derive(Debug)]
 pub(crate) enum Outbound {
@@ -107,6 +135,8 @@ pub(crate) enum Outbound {
     Events(OutboundBatch),
     /// A console log chunk.
     Log(OutboundChunk),
+    /// A build claim.
+    Claim(OutboundClaim),
 }
 
 /// Where the current gateway stream takes batches and chunks: empty while no stream is
@@ -204,6 +234,14 @@ pub(crate) struct PluginMetrics {
     log_chunks: Family<Outcome, Counter>,
     log_bytes: Counter,
     in_flight: Gauge,
+    claims: Family<Outcome, Counter>,
+    claims_undecided: Family<Why, Counter>,
+    claims_in_flight: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Why {
+    why: &'static str,
 }
 
 impl PluginMetrics {
@@ -229,6 +267,24 @@ impl PluginMetrics {
             "Event requests of the plugin being served now",
             self.in_flight.clone(),
         );
+        r.register(
+            "varroa_mite_plugin_claims",
+            "Build claims of the plugin by what it was answered (granted, refused, retry, ungated: the gate is off, fail_open: ungated because the ledger could not decide, rejected: malformed)",
+            self.claims.clone(),
+        );
+        r.register(
+            "varroa_mite_plugin_claims_undecided",
+            "Build claims the ledger did not decide, by why (ledger_retry, ledger_down: the gateway said so, stream_down, timeout, busy); answered per whenLedgerDown",
+            self.claims_undecided.clone(),
+        );
+        r.register(
+            "varroa_mite_plugin_claims_in_flight",
+            "Build claims waiting for the ledger's answer now",
+            self.claims_in_flight.clone(),
+        );
+    }
+    fn claim(&self, outcome: &'static str) {
+        self.claims.get_or_create(&Outcome { outcome }).inc();
     }
     fn request(&self, outcome: &'static str) {
         self.requests.get_or_create(&Outcome { outcome }).inc();
@@ -267,6 +323,8 @@ struct State {
     slot: BatchSlot,
     permits: Arc<Semaphore>,
     log_permits: Arc<Semaphore>,
+    claim_permits: Arc<Semaphore>,
+    claims: ClaimSettings,
     metrics: Arc<PluginMetrics>,
 }
 
@@ -282,6 +340,7 @@ impl PluginServer {
         addr: SocketAddr,
         token: String,
         slot: BatchSlot,
+        claims: ClaimSettings,
         metrics: Arc<PluginMetrics>,
     ) -> std::io::Result<PluginServer> {
         let listener = TcpListener::bind(addr).await?;
@@ -291,6 +350,8 @@ impl PluginServer {
             slot,
             permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             log_permits: Arc::new(Semaphore::new(MAX_LOG_IN_FLIGHT)),
+            claim_permits: Arc::new(Semaphore::new(MAX_CLAIMS_IN_FLIGHT)),
+            claims,
             metrics,
         });
         Ok(PluginServer { listener, addr, state })
@@ -306,7 +367,8 @@ impl PluginServer {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the plugin listener is not on a loopback address: anything that reaches it can try tokens");
         }
-        tracing::info!(%addr, "plugin listener up (POST /v1/events, POST /v1/logs/{{job}}/{{build}})");
+        tracing::info!(%addr, claims_gate = state.claims.gate, when_ledger_down = state.claims.when_ledger_down.as_str(),
+            "plugin listener up (POST /v1/events, POST /v1/claims, POST /v1/logs/{{job}}/{{build}})");
         let graceful = GracefulShutdown::new();
         tokio::pin!(shutdown);
         loop {
@@ -456,11 +518,10 @@ async fn route(state: &State, req: &Parts, body: &mut Option<Incoming>) -> Answe
             Some(b) => events(state, req, b).await,
             None => Answer::error(StatusCode::BAD_REQUEST, "bad_request", "no body"),
         },
-        "/v1/claims" if post => Answer::error(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_implemented",
-            "build claims are not built yet in this mite: run the build as if the gate were off",
-        ),
+        "/v1/claims" if post => match body.take() {
+            Some(b) => claim(state, req, b).await,
+            None => Answer::error(StatusCode::BAD_REQUEST, "bad_request", "no body"),
+        },
         p if p.starts_with("/v1/logs/") && post => match body.take() {
             Some(b) => logs(state, req, b).await,
             None => Answer::error(StatusCode::BAD_REQUEST, "bad_request", "no body"),
@@ -471,8 +532,8 @@ async fn route(state: &State, req: &Parts, body: &mut Option<Incoming>) -> Answe
             StatusCode::NOT_FOUND,
             "not_found",
             format!(
-                "no such endpoint {:?}: this mite serves POST /v1/events and POST /v1/logs/{{job}}/{{build}}?offset=N \
-                 (docs/varroa/plugin-protocol.md)",
+                "no such endpoint {:?}: this mite serves POST /v1/events, POST /v1/claims and POST \
+                 /v1/logs/{{job}}/{{build}}?offset=N (docs/varroa/plugin-protocol.md)",
                 varroa_link::kv::bounded(p, 128)
             ),
         ),
@@ -613,6 +674,206 @@ async fn events(state: &State, req: &Parts, body: Incoming) -> Answer {
             "ack_timeout",
             RETRY_ACK_TIMEOUT,
             format!("the gateway did not acknowledge the events within {ACK_TIMEOUT:?}; keep them and retry"),
+        ),
+    }
+}
+
+/// An answer of `200` with a claim decision.
+fn decided(answer: &claims::Answer) -> Answer {
+    Answer {
+        status: StatusCode::OK,
+        body: serde_json::to_value(answer).unwrap_or_else(|_| json!({})),
+        retry_after: None,
+        allow: None,
+        outcome: "ok",
+    }
+}
+
+/// Why a claim was not decided by the ledger, and how soon the plugin may ask again.
+struct Undecided {
+    why: &'static str,
+    after: Duration,
+    reason: String,
+}
+
+/// The answer when the ledger could not decide: the controller's `whenLedgerDown`.
+fn undecided(state: &State, u: Undecided) -> Answer {
+    state.metrics.claims_undecided.get_or_create(&Why { why: u.why }).inc();
+    let reason = varroa_link::kv::bounded(&u.reason, MAX_ERROR_TEXT);
+    match state.claims.when_ledger_down {
+        WhenLedgerDown::FailClosed => {
+            state.metrics.claim("retry");
+            let after = u.after.clamp(claims::MIN_RETRY_AFTER, claims::MAX_RETRY_AFTER);
+            decided(&claims::Answer::Retry { after_ms: after.as_millis() as u64, reason })
+        }
+        WhenLedgerDown::FailOpen => {
+            state.metrics.claim("fail_open");
+            decided(&claims::Answer::Ungated {
+                reason: format!("failOpen: no decision from the ledger ({reason}); run with Jenkins' own number"),
+            })
+        }
+    }
+}
+
+async fn claim(state: &State, req: &Parts, body: Incoming) -> Answer {
+    // The plugin's wait started when it sent the request; its budget counts from here.
+    let arrived = tokio::time::Instant::now();
+    let m = &state.metrics;
+    let body = match read_body(body, declared_length(req), claims::MAX_REQUEST_BYTES).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
+            m.claim("rejected");
+            return Answer::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("claim: larger than {} bytes", claims::MAX_REQUEST_BYTES),
+            );
+        }
+        Err(BodyError::Read(e)) => {
+            return Answer::error(StatusCode::BAD_REQUEST, "bad_request", format!("cannot read the body: {e}"));
+        }
+        Err(BodyError::Timeout) => {
+            return Answer::error(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!("the body did not arrive within {READ_TIMEOUT:?}"),
+            );
+        }
+    };
+    let request = match claims::parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            m.claim("rejected");
+            tracing::info!(error = %e, "build claim rejected as malformed");
+            return Answer::error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                varroa_link::kv::bounded(&e.to_string(), MAX_ERROR_TEXT),
+            );
+        }
+    };
+    if !state.claims.gate {
+        m.claim("ungated");
+        return decided(&claims::Answer::Ungated {
+            reason: "the build claim gate is off in this mite (VARROA_CLAIMS is not on: the installation has no \
+                     build record store)"
+                .into(),
+        });
+    }
+    let deadline = arrived + request.budget();
+    let Ok(permit) = state.claim_permits.clone().try_acquire_owned() else {
+        return undecided(
+            state,
+            Undecided {
+                why: "busy",
+                after: BUSY_CLAIM_RETRY_AFTER,
+                reason: format!("the mite has {MAX_CLAIMS_IN_FLIGHT} claims waiting for the ledger already"),
+            },
+        );
+    };
+    let _in_flight = InFlight::new(permit, &m.claims_in_flight);
+    let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let Some(share) = claims::forward_budget(remaining) else {
+        return undecided(
+            state,
+            Undecided {
+                why: "timeout",
+                after: CLAIM_RETRY_AFTER,
+                reason: format!("the claim's budget ({remaining:?} left) leaves nothing to ask the ledger with"),
+            },
+        );
+    };
+    let Some(tx) = state.slot.current() else {
+        return undecided(
+            state,
+            Undecided {
+                why: "stream_down",
+                after: CLAIM_RETRY_AFTER,
+                reason: "the mite's stream to the gateway is down (it is reconnecting)".into(),
+            },
+        );
+    };
+    let claim = pb::ClaimRequest {
+        id: 0,
+        claim_id: request.id.clone(),
+        job: request.job.clone(),
+        trigger: request.trigger.clone(),
+        budget_ms: share.as_millis().min(u128::from(u32::MAX)) as u32,
+    };
+    let (respond, answer) = oneshot::channel();
+    // The mite's own share (remaining - share) is for answering: the gateway's answer is waited
+    // for until `share` is spent, and one arriving after that is dropped with the receiver.
+    let forwarded = tokio::time::timeout(share, async move {
+        tx.send(Outbound::Claim(OutboundClaim { claim, respond }))
+            .await
+            .map_err(|_| "the mite's stream to the gateway ended".to_owned())?;
+        answer.await.map_err(|_| "the mite's stream to the gateway ended before the claim was answered".to_owned())?
+    })
+    .await;
+    let a = match forwarded {
+        Ok(Ok(a)) => a,
+        Ok(Err(why)) => {
+            return undecided(state, Undecided { why: "stream_down", after: CLAIM_RETRY_AFTER, reason: why });
+        }
+        Err(_) => {
+            return undecided(
+                state,
+                Undecided {
+                    why: "timeout",
+                    after: CLAIM_RETRY_AFTER,
+                    reason: format!(
+                        "no answer from the gateway within {} ms of the claim's {} ms budget",
+                        share.as_millis(),
+                        request.budget().as_millis()
+                    ),
+                },
+            );
+        }
+    };
+    let error = varroa_link::kv::bounded(&a.error, MAX_ERROR_TEXT);
+    let gateway_after = |ms: u32| if ms == 0 { CLAIM_RETRY_AFTER } else { Duration::from_millis(u64::from(ms)) };
+    match pb::ClaimDecision::try_from(a.decision).unwrap_or(pb::ClaimDecision::Unspecified) {
+        pb::ClaimDecision::Granted if (1..=varroa_link::builds::MAX_BUILD).contains(&a.build) => {
+            m.claim("granted");
+            tracing::debug!(claim = %request.id, job = %request.job, build = a.build, "build claim granted");
+            decided(&claims::Answer::Granted { build: a.build })
+        }
+        pb::ClaimDecision::Granted => undecided(
+            state,
+            Undecided {
+                why: "ledger_down",
+                after: CLAIM_RETRY_AFTER,
+                reason: format!("the gateway granted the claim without a usable build number ({})", a.build),
+            },
+        ),
+        pb::ClaimDecision::Refused => {
+            m.claim("refused");
+            decided(&claims::Answer::Refused { holder: a.holder })
+        }
+        pb::ClaimDecision::Rejected => {
+            m.claim("rejected");
+            tracing::warn!(claim = %request.id, error = %error, "the gateway rejected a build claim this mite accepted");
+            Answer::error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                if error.is_empty() { "the gateway rejected the claim as malformed".into() } else { error },
+            )
+        }
+        pb::ClaimDecision::Retry => undecided(
+            state,
+            Undecided {
+                why: "ledger_retry",
+                after: gateway_after(a.retry_after_ms),
+                reason: if error.is_empty() { "the ledger cannot decide now".into() } else { error },
+            },
+        ),
+        pb::ClaimDecision::LedgerDown | pb::ClaimDecision::Unspecified => undecided(
+            state,
+            Undecided {
+                why: "ledger_down",
+                after: gateway_after(a.retry_after_ms),
+                reason: if error.is_empty() { "the gateway could not ask the ledger".into() } else { error },
+            },
         ),
     }
 }

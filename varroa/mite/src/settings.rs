@@ -12,6 +12,7 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use varroa_link::claims::{ENV_CLAIMS, ENV_WHEN_LEDGER_DOWN, WhenLedgerDown};
 
 /// The flags of `varroa-mite run`.
 #[derive(Args, Debug, Clone)]
@@ -77,6 +78,24 @@ pub struct RunArgs {
     /// Where the mite writes the plugin's bearer token at start (a volume both containers mount).
     #[arg(long, env = "VARROA_PLUGIN_TOKEN_FILE", default_value = "/var/run/varroa/plugin/token")]
     pub plugin_token_file: PathBuf,
+    /// The build claim gate: `on` asks the ledger (through the gateway) for every queued build;
+    /// `off` (the default) answers the plugin `ungated` at once. The operator sets `on` when the
+    /// installation has a build record store.
+    #[arg(long, env = "VARROA_CLAIMS")]
+    pub claims: Option<String>,
+    /// What the mite answers a claim when no decision can be had from the ledger in time:
+    /// `failClosed` (the default: retry) or `failOpen` (ungated).
+    #[arg(long, env = "VARROA_CLAIMS_WHEN_LEDGER_DOWN")]
+    pub claims_when_ledger_down: Option<String>,
+}
+
+/// The build claim settings of `varroa-mite run` (docs/varroa/mite.md, "Build claims").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClaimSettings {
+    /// The gate is on: claims are forwarded to the ledger. Off: answered `ungated` at once.
+    pub gate: bool,
+    /// What to answer when the ledger cannot decide in time.
+    pub when_ledger_down: WhenLedgerDown,
 }
 
 /// Validated settings of `varroa-mite run`.
@@ -331,6 +350,39 @@ impl RunArgs {
     }
 }
 
+impl RunArgs {
+    /// Validates the claim flags (`--claims`, `--claims-when-ledger-down`) into
+    /// [`ClaimSettings`].
+    pub fn claim_settings(&self) -> Result<ClaimSettings, SettingsError> {
+        let gate = match self.claims.as_deref().map(str::trim) {
+            None | Some("" | "off") => false,
+            Some("on") => true,
+            Some(other) => {
+                return Err(err(
+                    "claims",
+                    ENV_CLAIMS,
+                    other,
+                    "must be on or off",
+                    "use on (the installation has a build record store) or off (Jenkins numbers builds itself)",
+                ));
+            }
+        };
+        let when_ledger_down = match self.claims_when_ledger_down.as_deref().map(str::trim) {
+            None | Some("") => WhenLedgerDown::default(),
+            Some(v) => v.parse::<WhenLedgerDown>().map_err(|reason| {
+                err(
+                    "claims-when-ledger-down",
+                    ENV_WHEN_LEDGER_DOWN,
+                    v,
+                    reason,
+                    "use failClosed (the default: builds wait while the ledger is away) or failOpen (builds run ungated)",
+                )
+            })?,
+        };
+        Ok(ClaimSettings { gate, when_ledger_down })
+    }
+}
+
 /// `https://host:port` from `host:port` or `https://host:port`.
 fn gateway_url(endpoint: &str) -> Result<String, String> {
     let e = endpoint.trim().trim_end_matches('/');
@@ -391,6 +443,18 @@ mod tests {
     }
 
     #[test]
+    fn the_claim_gate_is_off_and_fails_closed_unless_told() {
+        assert_eq!(args(&[]).claim_settings().unwrap(), ClaimSettings::default());
+        assert_eq!(
+            ClaimSettings::default(),
+            ClaimSettings { gate: false, when_ledger_down: WhenLedgerDown::FailClosed }
+        );
+        assert!(!args(&["--claims", "off"]).claim_settings().unwrap().gate);
+        let on = args(&["--claims", "on", "--claims-when-ledger-down", "failOpen"]).claim_settings().unwrap();
+        assert_eq!(on, ClaimSettings { gate: true, when_ledger_down: WhenLedgerDown::FailOpen });
+    }
+
+    #[test]
     fn bad_values_name_the_flag_and_the_fix() {
         let cases: &[(&[&str], &str)] = &[
             (&["--gateway-endpoint", "http://gw:8443"], "--gateway-endpoint (VARROA_GATEWAY_ENDPOINT)"),
@@ -408,6 +472,15 @@ mod tests {
             let e = args(extra).validate().unwrap_err().to_string();
             assert!(e.contains(want) && e.contains("fix:"), "{extra:?}: {e}");
         }
+        for (extra, want) in [
+            (["--claims", "yes"], "--claims (VARROA_CLAIMS) \"yes\": must be on or off"),
+            (["--claims-when-ledger-down", "open"], "--claims-when-ledger-down (VARROA_CLAIMS_WHEN_LEDGER_DOWN)"),
+        ] {
+            let e = args(&extra).claim_settings().unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("fix:"), "{extra:?}: {e}");
+        }
+        let e = args(&["--claims-when-ledger-down", "open"]).claim_settings().unwrap_err().to_string();
+        assert!(e.contains("failClosed") && e.contains("failOpen"), "{e}");
         let missing = Cli::try_parse_from(["x"]).unwrap().run.validate().unwrap_err().to_string();
         assert!(missing.contains("--namespace"), "{missing}");
     }
