@@ -1074,3 +1074,249 @@ async fn log_chunks_are_checked_again_and_written_under_the_certificates_control
     assert_eq!(metric_value(&text, "varroa_gateway_log_chunks_total{outcome=\"conflict\"}"), 1, "{text}");
     assert_eq!(metric_value(&text, "varroa_gateway_log_bytes_total"), 6, "{text}");
 }
+
+// Build claims: the ledger is played by a queue subscriber on varroa.claims.> (the real one is
+// the recorder's), answering JSON LedgerAnswers after a delay of its own.
+
+type LedgerBehaviour = dyn Fn(&varroa_link::claims::LedgerRequest) -> (Duration, Option<Vec<u8>>) + Send + Sync;
+
+struct Ledger {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, varroa_link::claims::LedgerRequest)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Ledger {
+    /// Answers each request with what `behaviour` says (raw bytes: tests send garbage too).
+    async fn start(
+        client: &async_nats::Client,
+        behaviour: impl Fn(&varroa_link::claims::LedgerRequest) -> (Duration, Option<Vec<u8>>) + Send + Sync + 'static,
+    ) -> Ledger {
+        use futures::StreamExt;
+        let behaviour: std::sync::Arc<LedgerBehaviour> = std::sync::Arc::new(behaviour);
+        let client = client.clone();
+        let mut sub =
+            client.queue_subscribe("varroa.claims.>", varroa_link::claims::QUEUE_GROUP.to_string()).await.unwrap();
+        client.flush().await.unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                let request: varroa_link::claims::LedgerRequest = serde_json::from_slice(&msg.payload).unwrap();
+                let (delay, answer) = behaviour(&request);
+                record.lock().unwrap().push((msg.subject.to_string(), request));
+                let (Some(reply), Some(answer)) = (msg.reply, answer) else { continue };
+                let client = client.clone();
+                tokio::spawn(async move {
+                    // The ledger's own slowness, not a wait of the test.
+                    tokio::time::sleep(delay).await;
+                    let _ = client.publish(reply, answer.into()).await;
+                    let _ = client.flush().await;
+                });
+            }
+        });
+        Ledger { seen, task }
+    }
+
+    fn seen(&self) -> Vec<(String, varroa_link::claims::LedgerRequest)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn ledger_json(a: varroa_link::claims::LedgerAnswer) -> Option<Vec<u8>> {
+    Some(serde_json::to_vec(&a).unwrap())
+}
+
+fn claim_request(id: u64, claim_id: &str, trigger: &str, budget_ms: u32) -> pb::ClaimRequest {
+    pb::ClaimRequest { id, claim_id: claim_id.into(), job: "team-a/app".into(), trigger: trigger.into(), budget_ms }
+}
+
+impl TestMite {
+    async fn send_claim(&self, claim: pb::ClaimRequest) {
+        self.send(mite_message::Kind::ClaimRequest(claim)).await;
+    }
+
+    async fn next_claim_answer(&mut self) -> pb::ClaimAnswer {
+        loop {
+            match self.next().await {
+                Some(gateway_message::Kind::ClaimAnswer(a)) => return a,
+                Some(_) => continue,
+                None => panic!("stream ended before a ClaimAnswer"),
+            }
+        }
+    }
+
+    /// Sends one claim and waits for its answer; how long it took.
+    async fn ask(&mut self, claim: pb::ClaimRequest) -> (pb::ClaimAnswer, Duration) {
+        let id = claim.id;
+        let t = std::time::Instant::now();
+        self.send_claim(claim).await;
+        let a = self.next_claim_answer().await;
+        assert_eq!(a.id, id, "the answer echoes the request's number");
+        (a, t.elapsed())
+    }
+}
+
+fn decision(a: &pb::ClaimAnswer) -> pb::ClaimDecision {
+    pb::ClaimDecision::try_from(a.decision).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_are_checked_again_stamped_from_the_certificate_and_hello_and_the_ledgers_answers_become_decisions() {
+    use varroa_link::claims::LedgerAnswer;
+    let h = Harness::start().await;
+    let ledger = Ledger::start(&h.client, |r| {
+        let a = match r.trigger.as_str() {
+            "t:grant" => LedgerAnswer::Granted { build: if r.namespace == "team-b" { 1 } else { 42 } },
+            "t:refuse" => LedgerAnswer::Refused { holder: 3 },
+            // Below the shortest retry: clamped.
+            "t:retry" => LedgerAnswer::Retry { after_ms: 5, reason: "the ledger's database is away".into() },
+            _ => LedgerAnswer::Rejected { error: "trigger: unknown to the ledger".into() },
+        };
+        (Duration::ZERO, ledger_json(a))
+    })
+    .await;
+    let mut a = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 1)).await.unwrap();
+    let mut b = h.dial(Some(&h.mite_cert("team-b", "ci")), hello("team-b", "ci", 0)).await.unwrap();
+
+    let (ans, _) = a.ask(claim_request(1, "q-1", "t:grant", 4000)).await;
+    assert_eq!((decision(&ans), ans.build), (pb::ClaimDecision::Granted, 42), "{ans:?}");
+    let (ans, _) = b.ask(claim_request(1, "q-1", "t:grant", 4000)).await;
+    assert_eq!((decision(&ans), ans.build), (pb::ClaimDecision::Granted, 1), "the other tenant's own sequence");
+    let seen = ledger.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].0, "varroa.claims.test.team-a.ci");
+    let r = &seen[0].1;
+    assert_eq!((r.cluster.as_str(), r.namespace.as_str(), r.controller.as_str(), r.cell), ("test", "team-a", "ci", 1));
+    assert_eq!((r.id.as_str(), r.job.as_str(), r.trigger.as_str()), ("q-1", "team-a/app", "t:grant"));
+    assert!(r.budget_ms <= 3750 && r.budget_ms > 3500, "the gateway kept its share (250 ms) of 4000: {r:?}");
+    assert_eq!(seen[1].0, "varroa.claims.test.team-b.ci");
+    assert_eq!((seen[1].1.namespace.as_str(), seen[1].1.cell), ("team-b", 0));
+
+    let (ans, _) = a.ask(claim_request(2, "q-2", "t:refuse", 4000)).await;
+    assert_eq!((decision(&ans), ans.holder), (pb::ClaimDecision::Refused, 3), "{ans:?}");
+    let (ans, _) = a.ask(claim_request(3, "q-3", "t:retry", 4000)).await;
+    assert_eq!((decision(&ans), ans.retry_after_ms), (pb::ClaimDecision::Retry, 100), "{ans:?}");
+    assert_eq!(ans.error, "the ledger's database is away");
+    let (ans, _) = a.ask(claim_request(4, "q-4", "t:odd", 4000)).await;
+    assert_eq!((decision(&ans), ans.error.as_str()), (pb::ClaimDecision::Rejected, "trigger: unknown to the ledger"));
+
+    // What a mite would never forward is rejected here, naming the field, without asking.
+    let asked = ledger.seen().len();
+    for (claim, field) in [
+        (claim_request(5, "x y", "t:grant", 4000), "id"),
+        (pb::ClaimRequest { job: String::new(), ..claim_request(6, "q-6", "t:grant", 4000) }, "job"),
+        (claim_request(7, "q-7", "t\u{7}", 4000), "trigger"),
+        (claim_request(8, "q-8", "t:grant", 0), "budget_ms"),
+        (claim_request(9, "q-9", "t:grant", 60_000), "budget_ms"),
+    ] {
+        let (ans, _) = a.ask(claim).await;
+        assert_eq!(decision(&ans), pb::ClaimDecision::Rejected, "{field}: {ans:?}");
+        assert!(ans.error.starts_with(&format!("{field}: ")), "{ans:?}");
+    }
+    assert_eq!(ledger.seen().len(), asked, "malformed claims never reach the ledger");
+
+    let text = h.metrics().await;
+    assert_eq!(metric_value(&text, "varroa_gateway_claims_total{decision=\"granted\"}"), 2);
+    assert_eq!(metric_value(&text, "varroa_gateway_claims_total{decision=\"refused\"}"), 1);
+    assert_eq!(metric_value(&text, "varroa_gateway_claims_total{decision=\"retry\"}"), 1);
+    assert_eq!(metric_value(&text, "varroa_gateway_claims_total{decision=\"rejected\"}"), 6);
+    assert_eq!(metric_value(&text, "varroa_gateway_claim_seconds_count"), 10);
+    assert_eq!(metric_value(&text, "varroa_gateway_messages_total{kind=\"claim_request\"}"), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_the_ledger_does_not_decide_are_ledger_down_saying_why_within_the_budget() {
+    use varroa_link::claims::LedgerAnswer;
+    let mut h = Harness::start().await;
+    let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    h.wait_entry("team-a", "ci", 0, "connected", |e| e.connected).await;
+    let down = |a: &pb::ClaimAnswer, why: &str| {
+        assert_eq!(decision(a), pb::ClaimDecision::LedgerDown, "{a:?}");
+        assert_eq!(a.retry_after_ms, 1000, "{a:?}");
+        assert!(a.error.contains(why), "{why}: {a:?}");
+    };
+
+    // Nobody subscribed.
+    let (ans, took) = mite.ask(claim_request(1, "q-1", "t:1", 4000)).await;
+    down(&ans, "no responders");
+    assert!(took < Duration::from_secs(2), "known at once: {took:?}");
+
+    let _ledger = Ledger::start(&h.client, |r| match r.trigger.as_str() {
+        "t:slow" => (Duration::from_secs(3), ledger_json(LedgerAnswer::Granted { build: 1 })),
+        "t:garbage" => (Duration::ZERO, Some(b"{\"decision\": \"maybe\"}".to_vec())),
+        "t:zero" => (Duration::ZERO, ledger_json(LedgerAnswer::Granted { build: 0 })),
+        _ => (Duration::ZERO, ledger_json(LedgerAnswer::Granted { build: 8 })),
+    })
+    .await;
+    // Slower than the gateway's share: answered LEDGER_DOWN within the budget.
+    let (ans, took) = mite.ask(claim_request(2, "q-2", "t:slow", 500)).await;
+    down(&ans, "did not answer within");
+    assert!(took < Duration::from_millis(500), "within the budget the mite gave: {took:?}");
+    let (ans, _) = mite.ask(claim_request(3, "q-3", "t:garbage", 4000)).await;
+    down(&ans, "not a LedgerAnswer");
+    let (ans, _) = mite.ask(claim_request(4, "q-4", "t:zero", 4000)).await;
+    down(&ans, "granted build 0");
+    // A budget with nothing left to hand on.
+    let (ans, _) = mite.ask(claim_request(5, "q-5", "t:ok", 20)).await;
+    down(&ans, "leaves nothing");
+    let (ans, _) = mite.ask(claim_request(6, "q-6", "t:ok", 4000)).await;
+    assert_eq!((decision(&ans), ans.build), (pb::ClaimDecision::Granted, 8), "the stream goes on: {ans:?}");
+
+    // NATS away: said at once.
+    h.nats.stop();
+    let ready = h.gw.as_ref().unwrap().readiness.clone();
+    eventually("the gateway sees NATS down", || {
+        let ready = ready.clone();
+        async move { (!ready.is_ready()).then_some(()) }
+    })
+    .await;
+    let (ans, took) = mite.ask(claim_request(7, "q-7", "t:ok", 4000)).await;
+    down(&ans, "NATS is not connected");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+
+    let text = h.metrics().await;
+    for (why, n) in [("no_responders", 1), ("timeout", 1), ("bad_reply", 2), ("budget", 1), ("nats_down", 1)] {
+        assert_eq!(
+            metric_value(&text, &format!("varroa_gateway_claims_ledger_down_total{{why=\"{why}\"}}")),
+            n,
+            "{why}"
+        );
+    }
+    assert_eq!(metric_value(&text, "varroa_gateway_claims_total{decision=\"ledger_down\"}"), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_beyond_32_in_flight_on_a_stream_are_ledger_down_at_once() {
+    use varroa_link::claims::LedgerAnswer;
+    let h = Harness::start().await;
+    let _ledger =
+        Ledger::start(&h.client, |_| (Duration::from_secs(30), ledger_json(LedgerAnswer::Granted { build: 1 }))).await;
+    let mut mite = h.dial(Some(&h.mite_cert("team-a", "ci")), hello("team-a", "ci", 0)).await.unwrap();
+    for i in 1..=33 {
+        mite.send_claim(claim_request(i, &format!("q-{i}"), "t:held", 3000)).await;
+    }
+    let first = mite.next_claim_answer().await;
+    assert_eq!(
+        (first.id, decision(&first), first.retry_after_ms),
+        (33, pb::ClaimDecision::LedgerDown, 250),
+        "{first:?}"
+    );
+    assert!(first.error.contains("32 claims"), "{first:?}");
+    let mut rest: Vec<_> = Vec::new();
+    for _ in 0..32 {
+        rest.push(mite.next_claim_answer().await);
+    }
+    assert!(rest.iter().all(|a| decision(a) == pb::ClaimDecision::LedgerDown && a.error.contains("did not answer")));
+    // The permits are back: a claim is asked again.
+    mite.send_claim(claim_request(34, "q-34", "t:held", 200)).await;
+    let again = mite.next_claim_answer().await;
+    assert!(again.id == 34 && again.error.contains("did not answer"), "{again:?}");
+    let text = h.metrics().await;
+    assert_eq!(metric_value(&text, "varroa_gateway_claims_ledger_down_total{why=\"busy\"}"), 1);
+}
