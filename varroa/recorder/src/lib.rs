@@ -6,7 +6,12 @@
 //! - `varroa_activity` (activity events published on `activity.>`; the recorder creates the
 //!   stream, 72 h, when it is missing) into `activity` ([`activity`]);
 //! - retention ([`retention`]): rows older than `--retention-days` (90; 0 keeps them), at start
-//!   and every hour, in batches.
+//!   and every hour, in batches;
+//! - the build claims ledger ([`ledger`]): claim requests on `varroa.claims.>` (queue group
+//!   `varroa-ledger`) decided in PostgreSQL (`claims`, `claim_sequences`), one transaction per
+//!   claim: granted with the job's next gap-free number, the same answer again for the same claim
+//!   id, refused naming the cell holding the trigger, or `retry` when PostgreSQL is away or slower
+//!   than the claim's budget.
 //!
 //! The guarantees, for operators:
 //!
@@ -30,6 +35,7 @@
 //! - [`consumer`]: the loop that drains a stream (pull requests, ack after commit, back-off);
 //! - [`ingest`] and [`activity`]: decoding and checking messages, and the SQL;
 //! - [`retention`]: pruning by age;
+//! - [`ledger`]: the build claims ledger;
 //! - [`migrate`]: the checked-in schema (`migrations/`), applied at start (under an advisory
 //!   lock: replicas starting together apply it once) and by `varroa-recorder migrate`;
 //! - [`db`]: connecting to PostgreSQL (the password re-read from its file on every connection);
@@ -44,6 +50,7 @@ pub mod activity;
 pub mod consumer;
 pub mod db;
 pub mod ingest;
+pub mod ledger;
 pub mod metrics;
 pub mod migrate;
 pub mod retention;
@@ -63,6 +70,7 @@ use varroa_link::nats::ConnectSettings;
 
 pub use consumer::ConsumerSettings;
 pub use db::DbSettings;
+pub use ledger::LedgerSettings;
 pub use retention::RetentionSettings;
 
 use consumer::{Backoff, Context, Health, sleep_or_stop};
@@ -146,13 +154,25 @@ impl RunningRecorder {
 }
 
 /// Starts the recorder in the background and returns at once: the schema is migrated, then the
-/// streams are drained and retention runs, each retrying with back-off until PostgreSQL and NATS
-/// answer.
+/// streams are drained, retention runs and the ledger answers claims (with the default
+/// [`LedgerSettings`]), each retrying with back-off until PostgreSQL and NATS answer.
 pub async fn start(config: RecorderConfig) -> Result<RunningRecorder, StartError> {
+    start_with_ledger(config, Some(LedgerSettings::default())).await
+}
+
+/// [`start`], with the ledger's settings, or without the ledger (`None`: claims are left to
+/// other replicas).
+pub async fn start_with_ledger(
+    config: RecorderConfig,
+    ledger: Option<LedgerSettings>,
+) -> Result<RunningRecorder, StartError> {
     // A typo in the URL or an unreadable password file stops the start with the reason.
     config.database.config()?;
     if config.consumers.batch_size == 0 {
         return Err(StartError::Setting("--batch-size must be at least 1".into()));
+    }
+    if ledger.as_ref().is_some_and(|l| l.connections == 0 || l.max_in_flight == 0) {
+        return Err(StartError::Setting("--ledger-connections and --ledger-max-in-flight must be at least 1".into()));
     }
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
@@ -203,6 +223,21 @@ pub async fn start(config: RecorderConfig) -> Result<RunningRecorder, StartError
     let activity = Arc::new(Health::default());
     tasks.push(tokio::spawn(consumer::run::<consumer::Builds>(cx.clone(), builds.clone())));
     tasks.push(tokio::spawn(consumer::run::<consumer::Activity>(cx, activity.clone())));
+    let ledger_health = ledger.map(|settings| {
+        let health = Arc::new(ledger::LedgerHealth::default());
+        let mut db = config.database.clone();
+        db.application_name = format!("{} ledger", db.application_name);
+        let cx = ledger::LedgerContext {
+            nats: nats.clone(),
+            metrics: metrics.clone(),
+            pool: Arc::new(ledger::Pool::new(db, settings.connections)),
+            settings,
+            schema: schema_rx.clone(),
+            stop: shutdown_rx.clone(),
+        };
+        tasks.push(tokio::spawn(ledger::run(cx, health.clone())));
+        health
+    });
     tasks.push(tokio::spawn(retention_task(
         config.database.clone(),
         config.retention.clone(),
@@ -223,6 +258,8 @@ pub async fn start(config: RecorderConfig) -> Result<RunningRecorder, StartError
                     Some("migrating the schema (is PostgreSQL reachable?)".to_owned())
                 } else if nats.connection_state() != async_nats::connection::State::Connected {
                     Some(format!("NATS {}", nats.connection_state()))
+                } else if ledger_health.as_ref().is_some_and(|l| !l.subscribed.load(Ordering::Relaxed)) {
+                    Some("the ledger is subscribing to varroa.claims.>".to_owned())
                 } else {
                     [("varroa_builds", &builds), ("varroa_activity", &activity)].iter().find_map(|(stream, h)| {
                         if !h.consumer.load(Ordering::Relaxed) {

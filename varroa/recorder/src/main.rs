@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use varroa_link::nats::ConnectSettings;
 use varroa_recorder::db::DbSettings;
-use varroa_recorder::{ConsumerSettings, RecorderConfig, RetentionSettings};
+use varroa_recorder::{ConsumerSettings, LedgerSettings, RecorderConfig, RetentionSettings};
 
 /// The Varroa recorder: build records, activity and the claim ledger in PostgreSQL.
 #[derive(Debug, Parser)]
@@ -58,6 +58,16 @@ struct Run {
     /// Days build records and activity are kept; 0 keeps them forever.
     #[arg(long, env = "VARROA_RECORDER_RETENTION_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(0..=36500))]
     retention_days: u32,
+    /// Do not answer build claims (the ledger runs in every replica by default; claims then go
+    /// to the replicas that run it).
+    #[arg(long, env = "VARROA_RECORDER_NO_LEDGER")]
+    no_ledger: bool,
+    /// PostgreSQL sessions of the claims ledger.
+    #[arg(long, env = "VARROA_RECORDER_LEDGER_CONNECTIONS", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=256))]
+    ledger_connections: u64,
+    /// Claims decided at once; beyond that a claim is answered retry.
+    #[arg(long, env = "VARROA_RECORDER_LEDGER_MAX_IN_FLIGHT", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    ledger_max_in_flight: u64,
     /// This replica's name in NATS' connection list [default: $POD_NAME, else the hostname].
     #[arg(long, env = "VARROA_RECORDER_REPLICA")]
     replica: Option<String>,
@@ -65,8 +75,8 @@ struct Run {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Consume varroa_builds and varroa_activity into PostgreSQL, prune by age, serve health
-    /// and metrics (migrates the schema first).
+    /// Consume varroa_builds and varroa_activity into PostgreSQL, answer build claims, prune by
+    /// age, serve health and metrics (migrates the schema first).
     Run(Box<Run>),
     /// Bring the schema up to date and exit (run also does this at start).
     Migrate {
@@ -109,7 +119,11 @@ async fn run(args: Run) -> anyhow::Result<()> {
         },
         retention: RetentionSettings { days: args.retention_days, ..Default::default() },
     };
-    let mut running = varroa_recorder::start(config).await.context("starting varroa-recorder")?;
+    let ledger = (!args.no_ledger).then_some(LedgerSettings {
+        connections: args.ledger_connections as usize,
+        max_in_flight: args.ledger_max_in_flight as usize,
+    });
+    let mut running = varroa_recorder::start_with_ledger(config, ledger).await.context("starting varroa-recorder")?;
     tracing::info!(health = %running.health_addr, %replica, "varroa-recorder running");
     let mut term =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;

@@ -20,6 +20,11 @@ struct Outcome {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabel {
+    decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Operation {
     operation: String,
 }
@@ -45,6 +50,8 @@ pub struct Metrics {
     pruned_rows: Family<Table, Counter>,
     retention_statements: Counter,
     consumer_pending: Family<StreamLabel, Gauge>,
+    claims: Family<DecisionLabel, Counter>,
+    claim_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -60,6 +67,9 @@ impl Default for Metrics {
             pruned_rows: Family::default(),
             retention_statements: Counter::default(),
             consumer_pending: Family::default(),
+            claims: Family::default(),
+            // 0.25 ms to about 8 s.
+            claim_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 16)),
         }
     }
 }
@@ -91,12 +101,12 @@ impl Metrics {
         );
         r.register(
             "pg_errors",
-            "PostgreSQL errors, by operation (connect, builds, activity, retention)",
+            "PostgreSQL errors, by operation (connect, builds, activity, retention, claims)",
             self.pg_errors.clone(),
         );
         r.register(
             "nats_errors",
-            "JetStream errors (opening the streams and consumers, fetching), by operation",
+            "NATS errors (opening the streams and consumers, fetching; claims: subscribing and answering), by operation",
             self.nats_errors.clone(),
         );
         r.register(
@@ -110,6 +120,16 @@ impl Metrics {
             "consumer_pending",
             "Messages of a stream not yet acknowledged by the recorders (pending and in flight), by stream",
             self.consumer_pending.clone(),
+        );
+        r.register(
+            "claims",
+            "Build claims answered by the ledger, by decision (granted: a new number, repeated: granted again to the same claim id, refused: another claim holds the trigger, retry, rejected: malformed) and dropped (no reply subject)",
+            self.claims.clone(),
+        );
+        r.register(
+            "claim_seconds",
+            "Time from a claim's arrival to its answer (decided or not)",
+            self.claim_seconds.clone(),
         );
     }
 
@@ -202,5 +222,18 @@ impl Metrics {
     /// Sets the backlog of `stream`'s consumer.
     pub fn set_pending(&self, stream: &str, pending: u64) {
         self.consumer_pending.get_or_create(&StreamLabel { stream: stream.into() }).set(pending as i64);
+    }
+
+    /// Counts a claim answered with `decision` (or `dropped`), and the time to answer it.
+    pub fn claim(&self, decision: &str, seconds: Option<f64>) {
+        self.claims.get_or_create(&DecisionLabel { decision: decision.into() }).inc();
+        if let Some(s) = seconds {
+            self.claim_seconds.observe(s);
+        }
+    }
+
+    /// How many claims were answered with `decision`.
+    pub fn claims(&self, decision: &str) -> u64 {
+        self.claims.get_or_create(&DecisionLabel { decision: decision.into() }).get()
     }
 }

@@ -4,6 +4,8 @@
 //!   `stages` and `test_summaries` in the same statement (a run is never left without its stages,
 //!   nor a stage without its run);
 //! - `activity` by `time`;
+//! - `claims` (the ledger's grants) by `granted_at`: a claim asked again after that is a new
+//!   claim. The ledger's `claim_sequences` are never pruned (numbers must not start again);
 //! - `processed_events` by `processed_at`, but never before the builds stream could still
 //!   redeliver the event ([`processed_keep`]): an event of a pruned run that came again would
 //!   otherwise bring the run back.
@@ -61,6 +63,8 @@ pub struct Pruned {
     pub test_summaries: u64,
     /// `activity` rows.
     pub activity: u64,
+    /// `claims` rows.
+    pub claims: u64,
     /// `processed_events` rows.
     pub processed_events: u64,
     /// DELETE statements run.
@@ -91,6 +95,10 @@ const RUNS_SQL: &str = "WITH doomed AS ( \
 
 const ACTIVITY_SQL: &str = "DELETE FROM activity WHERE id IN ( \
          SELECT id FROM activity WHERE time < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)";
+
+const CLAIMS_SQL: &str = "DELETE FROM claims WHERE (cluster, namespace, controller, job, trigger) IN ( \
+         SELECT cluster, namespace, controller, job, trigger FROM claims WHERE granted_at < $1 \
+         LIMIT $2 FOR UPDATE SKIP LOCKED)";
 
 const PROCESSED_SQL: &str = "DELETE FROM processed_events WHERE msg_id IN ( \
          SELECT msg_id FROM processed_events WHERE processed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)";
@@ -137,6 +145,17 @@ pub async fn prune(
             metrics.retention_statement();
             pruned.activity += n;
             metrics.pruned("activity", n);
+            if (n as i64) < batch {
+                break;
+            }
+        }
+        let claims = client.prepare(CLAIMS_SQL).await?;
+        while !stopped() {
+            let n = client.execute(&claims, &[&cutoff, &batch]).await?;
+            pruned.statements += 1;
+            metrics.retention_statement();
+            pruned.claims += n;
+            metrics.pruned("claims", n);
             if (n as i64) < batch {
                 break;
             }

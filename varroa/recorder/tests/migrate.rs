@@ -24,7 +24,16 @@ async fn migrations_apply_once_even_from_replicas_starting_together() {
         "one replica applies, the other finds it done: {ra:?} {rb:?}"
     );
     assert!(migrate::migrate(&mut a).await.unwrap().is_empty());
-    for table in ["runs", "stages", "test_summaries", "job_schedules", "activity", "processed_events"] {
+    for table in [
+        "runs",
+        "stages",
+        "test_summaries",
+        "job_schedules",
+        "activity",
+        "processed_events",
+        "claims",
+        "claim_sequences",
+    ] {
         let n: i64 = a
             .query_one("SELECT count(*) FROM information_schema.tables WHERE table_name = $1", &[&table])
             .await

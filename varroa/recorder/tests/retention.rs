@@ -68,6 +68,17 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_new_ones() {
     )
     .await
     .unwrap();
+    // The ledger's grants: 150 old, 3 recent; the job's sequence is never pruned.
+    c.batch_execute(
+        "INSERT INTO claims (cluster, namespace, controller, job, trigger, claim_id, cell, build, granted_at)
+         SELECT 'prod', 'team-a', 'ci', 'app', 't:' || n, 'q-' || n, 0, n,
+                now() - CASE WHEN n <= 150 THEN interval '100 days' ELSE interval '1 day' END
+         FROM generate_series(1, 153) AS n;
+         INSERT INTO claim_sequences (cluster, namespace, controller, job, last_build)
+         VALUES ('prod', 'team-a', 'ci', 'app', 153)",
+    )
+    .await
+    .unwrap();
 
     // At start, in statements of at most 100 rows.
     let r = h
@@ -77,14 +88,17 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_new_ones() {
         .await;
     eventually("the old rows pruned", || async {
         let m = &r.metrics;
-        (m.pruned_rows("runs") == 255 && m.pruned_rows("activity") == 120 && m.pruned_rows("processed_events") == 130)
+        (m.pruned_rows("runs") == 255
+            && m.pruned_rows("activity") == 120
+            && m.pruned_rows("claims") == 150
+            && m.pruned_rows("processed_events") == 130)
             .then_some(())
     })
     .await;
     assert_eq!(r.metrics.pruned_rows("stages"), 510, "the stages went with their runs");
     assert_eq!(r.metrics.pruned_rows("test_summaries"), 255);
-    // runs 100 + 100 + 55, activity 100 + 20, processed ids 100 + 30.
-    assert_eq!(r.metrics.retention_statements(), 7);
+    // runs 100 + 100 + 55, activity 100 + 20, claims 100 + 50, processed ids 100 + 30.
+    assert_eq!(r.metrics.retention_statements(), 9);
     let count = |sql: &'static str| h.count(sql);
     assert_eq!(count("SELECT count(*) FROM runs").await, Some(13));
     assert_eq!(count("SELECT count(*) FROM runs WHERE job IN ('late', 'new')").await, Some(13));
@@ -94,6 +108,13 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_new_ones() {
     assert_eq!(count("SELECT count(*) FROM activity").await, Some(5));
     assert_eq!(count("SELECT count(*) FROM processed_events").await, Some(5));
     assert_eq!(count("SELECT count(*) FROM job_schedules").await, Some(1), "current schedules are not history");
+    assert_eq!(count("SELECT count(*) FROM claims WHERE build > 150").await, Some(3));
+    assert_eq!(count("SELECT count(*) FROM claims").await, Some(3));
+    assert_eq!(
+        count("SELECT last_build FROM claim_sequences").await,
+        Some(153),
+        "the sequence is never pruned: numbers do not start again"
+    );
     let text = metrics_text(r.health_addr).await;
     assert_eq!(sample(&text, r#"varroa_recorder_pruned_rows_total{table="runs"}"#), 255.0, "{text}");
     r.shutdown().await;
