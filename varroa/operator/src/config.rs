@@ -90,6 +90,14 @@ pub struct Config {
     /// checked at start-up.
     #[arg(long, env = "VARROA_CLUSTER", default_value = "local")]
     pub cluster: String,
+    /// The installation runs varroa-recorder and PostgreSQL (the build record store), so build
+    /// claims are on: every mite is started with `VARROA_CLAIMS=on` and a queued build asks the
+    /// ledger for its number (what a controller does while the ledger is away is its
+    /// `claims.whenLedgerDown`). Off (the default): `VARROA_CLAIMS=off`, Jenkins numbers builds
+    /// itself. Changing it rolls every controller's pod.
+    #[arg(long, env = "VARROA_BUILD_RECORDS", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub build_records: bool,
     /// A mite whose last heartbeat (written by the gateway every 10s by default) is older than
     /// this counts as lost: its controller shows `Mite unreachable`.
     #[arg(long, env = "VARROA_MITE_HEARTBEAT_TIMEOUT", default_value = "45s", value_parser = parse_duration)]
@@ -217,6 +225,7 @@ impl Config {
             nats_credentials_file: None,
             nats_bucket_replicas: 1,
             cluster: "local".into(),
+            build_records: false,
             mite_heartbeat_timeout: Duration::from_secs(45),
             resync_interval: Duration::from_secs(300),
             stamp_interval: Duration::from_secs(300),
@@ -259,5 +268,26 @@ mod tests {
         assert!(annotation_allowed(&["*".to_string()], "anything/at-all"));
         assert!(parse_annotation_rule("").is_err());
         assert!(parse_annotation_rule("a*b").unwrap_err().contains("may only end"));
+    }
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    fn build_records(args: &[&str]) -> Result<bool, clap::Error> {
+        use clap::Parser;
+        Flags::try_parse_from(std::iter::once("varroa-operator").chain(args.iter().copied()))
+            .map(|f| f.config.build_records)
+    }
+
+    #[test]
+    fn build_records_is_off_unless_asked_for() {
+        assert!(!build_records(&[]).expect("parses"));
+        assert!(build_records(&["--build-records"]).expect("the bare flag"));
+        assert!(build_records(&["--build-records=true"]).expect("parses"));
+        assert!(!build_records(&["--build-records=false"]).expect("parses"));
+        assert!(build_records(&["--build-records=yes"]).is_err(), "true or false only");
     }
 }

@@ -16,7 +16,7 @@
 //! and the Controller is Failed with reason `OwnershipConflict`.
 //!
 //! The pod template carries the digest of the restart-class settings (plugins, images,
-//! resources, JVM options, the gateway CA and endpoint): it changes, and the pod rolls, only when
+//! resources, JVM options, the gateway CA and endpoint, build claims): it changes, and the pod rolls, only when
 //! one of those does. JCasC content lives in the ConfigMap alone and is applied by the mite
 //! without replacing the pod.
 
@@ -45,6 +45,7 @@ use varroa_api::lifecycle::{
 };
 use varroa_api::{Controller, PowerState, Retention};
 use varroa_config::Rendered;
+use varroa_link::claims::{ENV_CLAIMS, ENV_WHEN_LEDGER_DOWN, WhenLedgerDown};
 
 /// Everything outside the Controller that decides the pod template.
 #[derive(Debug, Clone)]
@@ -311,6 +312,22 @@ pub const PLUGIN_TOKEN_FILE: &str = "/var/run/varroa/plugin/token";
 /// mite Secret (ADR 0004).
 pub const MITE_USER: &str = "varroa-mite";
 
+/// The build claims failure mode of the resolved settings, as the mite reads it
+/// (`varroa_link::claims::WhenLedgerDown`; the API crate has its own enum of the same spellings).
+pub fn when_ledger_down(s: &varroa_api::ControllerSettings) -> WhenLedgerDown {
+    match s.claims.as_ref().and_then(|c| c.when_ledger_down).unwrap_or_default() {
+        varroa_api::WhenLedgerDown::FailClosed => WhenLedgerDown::FailClosed,
+        varroa_api::WhenLedgerDown::FailOpen => WhenLedgerDown::FailOpen,
+    }
+}
+
+/// The mite's build claims environment: [`ENV_CLAIMS`] `on` when the installation has a build
+/// record store (`--build-records`), else `off`; [`ENV_WHEN_LEDGER_DOWN`] the controller's
+/// resolved `claims.whenLedgerDown`.
+pub fn claims_env(s: &varroa_api::ControllerSettings, cfg: &Config) -> [(&'static str, &'static str); 2] {
+    [(ENV_CLAIMS, if cfg.build_records { "on" } else { "off" }), (ENV_WHEN_LEDGER_DOWN, when_ledger_down(s).as_str())]
+}
+
 /// The digest of everything restart-class: a change rolls the pod.
 pub fn restart_digest(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInputs) -> String {
     let s = &r.settings.settings;
@@ -324,6 +341,8 @@ pub fn restart_digest(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodIn
         "jvm": s.jvm_options,
         "gatewayCa": inputs.ca_fingerprint,
         "gatewayEndpoint": cfg.gateway_endpoint,
+        // The mite reads them at start.
+        "claims": claims_env(s, cfg),
         "controller": c.name_any(),
     });
     let d = ring::digest::digest(&ring::digest::SHA256, parts.to_string().as_bytes());
@@ -342,6 +361,7 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
     let mut pod_labels = labels(c);
     pod_labels.insert(LABEL_CONTROLLER.into(), name.clone());
     let jvm = s.jvm_options.clone().unwrap_or_default().join(" ");
+    let [(claims_key, claims), (down_key, down)] = claims_env(s, cfg);
     let jenkins = Container {
         name: CONTAINER_JENKINS.into(),
         image: Some(r.image.clone()),
@@ -435,6 +455,9 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             env("VARROA_HEALTH_LISTEN", "0.0.0.0:8081"),
             env("VARROA_PLUGIN_LISTEN", PLUGIN_LISTEN),
             env("VARROA_PLUGIN_TOKEN_FILE", PLUGIN_TOKEN_FILE),
+            // Build claims: on only with the build record store; the controller's failure mode.
+            env(claims_key, claims),
+            env(down_key, down),
             field_env("POD_NAME", "metadata.name"),
         ]),
         resources: Some(ResourceRequirements {
@@ -620,6 +643,129 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    /// A world of a profile, a ControllerClass `open` (claims failOpen) and three Controllers:
+    /// `plain` (no class), `classed` (of the class) and `closed` (of the class, back to
+    /// failClosed in its own spec).
+    const CLAIMS_WORLD: &str = r#"
+apiVersion: varroa.dev/v1alpha1
+kind: JenkinsVersionProfile
+metadata: {name: p1}
+spec:
+  jenkinsVersion: "2.479.3"
+  image: jenkins/jenkins:2.479.3-lts-jdk17
+  plugins:
+  - {name: configuration-as-code, version: "1.0", sha256: "1111111111111111111111111111111111111111111111111111111111111111"}
+  - {name: git, version: "5.7.0", sha256: "2222222222222222222222222222222222222222222222222222222222222222"}
+  - {name: job-dsl, version: "1.90", sha256: "3333333333333333333333333333333333333333333333333333333333333333"}
+  - {name: kubernetes, version: "4313", sha256: "4444444444444444444444444444444444444444444444444444444444444444"}
+  - {name: workflow-aggregator, version: "600", sha256: "5555555555555555555555555555555555555555555555555555555555555555"}
+  - {name: role-strategy, version: "756", sha256: "6666666666666666666666666666666666666666666666666666666666666666"}
+---
+apiVersion: varroa.dev/v1alpha1
+kind: ProvisioningDefaults
+metadata: {name: default}
+spec: {versionProfile: p1}
+---
+apiVersion: varroa.dev/v1alpha1
+kind: ControllerClass
+metadata: {name: open}
+spec: {claims: {whenLedgerDown: failOpen}}
+---
+apiVersion: varroa.dev/v1alpha1
+kind: Controller
+metadata: {name: plain, namespace: team-a, uid: u1}
+spec: {}
+---
+apiVersion: varroa.dev/v1alpha1
+kind: Controller
+metadata: {name: classed, namespace: team-a, uid: u2}
+spec: {className: open}
+---
+apiVersion: varroa.dev/v1alpha1
+kind: Controller
+metadata: {name: closed, namespace: team-a, uid: u3}
+spec: {className: open, claims: {whenLedgerDown: failClosed}}
+"#;
+
+    /// The mite's claims environment and the restart digest of controller `name`'s StatefulSet.
+    fn claims_of(name: &str, cfg: &Config) -> (Option<String>, Option<String>, String) {
+        let mut l = varroa_config::load::Loaded::default();
+        l.add_yaml("claims.yaml", CLAIMS_WORLD).expect("the world loads");
+        let c = l.controllers.iter().find(|c| c.name_any() == name).expect("the controller");
+        let r = varroa_config::render(c, &l.world).expect("renders");
+        let inputs =
+            PodInputs { update_site: "https://updates.jenkins.io".into(), ca_fingerprint: "ca", hibernated: false };
+        let sts = stateful_set(c, &r, cfg, &inputs);
+        let pod = sts.spec.and_then(|s| s.template.spec).expect("a pod spec");
+        let mite = pod.containers.iter().find(|c| c.name == CONTAINER_MITE).expect("the mite");
+        let jenkins = pod.containers.iter().find(|c| c.name == CONTAINER_JENKINS).expect("jenkins");
+        let value = |c: &Container, k: &str| c.env.iter().flatten().find(|e| e.name == k).and_then(|e| e.value.clone());
+        assert_eq!(value(jenkins, ENV_CLAIMS), None, "the mite decides, not the plugin");
+        (value(mite, ENV_CLAIMS), value(mite, ENV_WHEN_LEDGER_DOWN), restart_digest(c, &r, cfg, &inputs))
+    }
+
+    fn some(s: &str) -> Option<String> {
+        Some(s.to_string())
+    }
+
+    #[test]
+    fn the_mite_gets_claims_off_and_fail_closed_by_default() {
+        let cfg = Config::for_tests();
+        for name in ["plain", "closed"] {
+            let (on, down, _) = claims_of(name, &cfg);
+            assert_eq!((on, down), (some("off"), some("failClosed")), "{name}");
+        }
+        // Without the build record store the setting still reaches the mite (it answers
+        // ungated whatever it is).
+        let (on, down, _) = claims_of("classed", &cfg);
+        assert_eq!((on, down), (some("off"), some("failOpen")));
+    }
+
+    #[test]
+    fn with_build_records_claims_are_on_and_the_most_specific_failure_mode_wins() {
+        let cfg = Config { build_records: true, ..Config::for_tests() };
+        assert_eq!(claims_of("plain", &cfg).0, some("on"));
+        assert_eq!(claims_of("plain", &cfg).1, some("failClosed"), "Varroa's default");
+        assert_eq!(claims_of("classed", &cfg).1, some("failOpen"), "the class's");
+        assert_eq!(claims_of("closed", &cfg).1, some("failClosed"), "the controller's own, over its class's");
+    }
+
+    #[test]
+    fn a_change_of_either_claims_setting_rolls_the_pod() {
+        let off = Config::for_tests();
+        let on = Config { build_records: true, ..Config::for_tests() };
+        let digest = |name: &str, cfg: &Config| claims_of(name, cfg).2;
+        assert_ne!(digest("plain", &off), digest("plain", &on), "--build-records");
+        // The same controller with the other failure mode.
+        let mut l = varroa_config::load::Loaded::default();
+        l.add_yaml("claims.yaml", CLAIMS_WORLD).expect("the world loads");
+        let c = l.controllers.iter().find(|c| c.name_any() == "classed").expect("classed");
+        let open = varroa_config::render(c, &l.world).expect("renders");
+        let mut closed = open.clone();
+        closed.settings.settings.claims =
+            Some(varroa_api::ClaimSettings { when_ledger_down: Some(varroa_api::WhenLedgerDown::FailClosed) });
+        let inputs =
+            PodInputs { update_site: "https://updates.jenkins.io".into(), ca_fingerprint: "ca", hibernated: false };
+        assert_ne!(restart_digest(c, &open, &on, &inputs), restart_digest(c, &closed, &on, &inputs), "whenLedgerDown");
+    }
+
+    #[test]
+    fn the_api_failure_modes_are_the_links() {
+        for (api, link) in [
+            (varroa_api::WhenLedgerDown::FailClosed, WhenLedgerDown::FailClosed),
+            (varroa_api::WhenLedgerDown::FailOpen, WhenLedgerDown::FailOpen),
+        ] {
+            let s = varroa_api::ControllerSettings {
+                claims: Some(varroa_api::ClaimSettings { when_ledger_down: Some(api) }),
+                ..Default::default()
+            };
+            assert_eq!(when_ledger_down(&s), link);
+            assert_eq!(api.as_str(), link.as_str());
+            assert_eq!(api.as_str().parse::<WhenLedgerDown>(), Ok(link));
+        }
+        assert_eq!(when_ledger_down(&varroa_api::ControllerSettings::default()), WhenLedgerDown::default());
     }
 
     #[test]

@@ -256,6 +256,12 @@ fn manifests_parse_are_restricted_and_carry_the_operators_flags() {
     let ca = GatewayCaFlags::try_parse_from(["gateway-ca"]).expect("gateway-ca's defaults").args;
     assert_eq!(cfg.gateway_ca(), (ca.namespace, ca.name), "{what}: --gateway-ca-secret vs `gateway-ca`");
     assert!(cfg.health_addr.ip().is_unspecified(), "{what}: --health-addr must listen on every interface");
+    // Build claims need the build record store, which needs a database of the user's: the
+    // manifest says which it is rather than leave it to a default.
+    assert!(
+        args.iter().any(|a| a.starts_with("--build-records=")),
+        "{what}: state --build-records=true or false (build claims need the build record store)"
+    );
 
     // The port: where the operator serves; the probes use it.
     let ports: Vec<_> = c.ports.clone().unwrap_or_default();

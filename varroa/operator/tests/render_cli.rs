@@ -56,6 +56,11 @@ fn render_json_and_output_dir_give_the_same_files_every_time() {
     let sandbox = all.iter().find(|c| c["controller"] == "team-a/sandbox").expect("sandbox");
     assert_eq!(sandbox["bundle"], "varroa-starter");
     assert_eq!(sandbox["provenance"]["versionProfile"]["from"], "ProvisioningDefaults default");
+    // The build claims failure mode, resolved like every setting.
+    assert_eq!(
+        sandbox["provenance"]["claims.whenLedgerDown"],
+        serde_json::json!({"value": "failClosed", "from": "Varroa's built-in default"})
+    );
     let on_disk = std::fs::read_to_string(dir.path().join("team-a/sandbox/jenkins.yaml")).expect("written");
     assert_eq!(on_disk, sandbox["files"]["jenkins.yaml"].as_str().unwrap());
     // A second run is byte-identical.
