@@ -9,12 +9,19 @@
 //! the configured one. The build itself runs for the configured durations times the time scale
 //! (0: at once), so tests and the load generator run long builds fast with the same records.
 //!
-//! Build numbers come from a [`BuildNumbers`]: per job from 1 in the double ([`LocalNumbers`],
-//! Jenkins' own numbering); build claims will give them from the ledger.
+//! Build numbers come from a [`BuildNumbers`]: Jenkins' own, per job from 1 ([`LocalNumbers`],
+//! the gate off), or a build claim's ([`crate::claims::ClaimsClient`]: granted, refused, or
+//! ungated and then Jenkins' own). Every queue item has a trigger (the same on every cell for
+//! the same cause) and a claim id (stable for the item, unique to this double); its fate
+//! ([`QueueItem`]) says whether it ran, with which number, or was refused or dropped.
+//!
+//! With a [`LogsClient`], every build's console text goes to the mite as it grows
+//! ([`crate::logs`]).
 
+use crate::logs::LogsClient;
 use crate::plugin::PluginClient;
 use jiff::{SignedDuration, Timestamp};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::future::Future;
@@ -359,28 +366,114 @@ impl Clock for FixedClock {
     }
 }
 
-/// A boxed future (the numbering is asynchronous: claims will ask the mite).
+/// A boxed future (the numbering is asynchronous: claims ask the mite).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a queued build was told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// Run as this number.
+    Granted(u64),
+    /// Drop the queue item: this cell holds the trigger.
+    Refused {
+        /// The cell that holds the trigger.
+        holder: u32,
+    },
+    /// Run with Jenkins' own number (the next of the job, `nextBuildNumber`).
+    Ungated {
+        /// Why.
+        reason: String,
+    },
+}
 
 /// Where build numbers come from.
 pub trait BuildNumbers: Send + Sync + Debug {
-    /// The number of the next build of `job`, asked as it is queued; an error keeps it out of the
-    /// queue.
-    fn next<'a>(&'a self, job: &'a str) -> BoxFuture<'a, Result<u64, String>>;
+    /// Whether queued builds ask [`BuildNumbers::claim`]. When not (the gate is off), Jenkins
+    /// numbers every build at once as it is queued, in queue order.
+    fn gated(&self) -> bool;
+
+    /// Asks whether the queued build of `job` with `trigger` may run; `claim_id` is stable for
+    /// the queue item. An `Err` drops the item from the queue (a malformed claim, or one that
+    /// waited too long; the implementation logs why).
+    fn claim<'a>(&'a self, job: &'a str, trigger: &'a str, claim_id: &'a str) -> BoxFuture<'a, Result<Claim, String>>;
 }
 
-/// Jenkins' own numbering: per job, from 1 (`nextBuildNumber`).
+/// Jenkins' own numbering, the gate off: per job, from 1 (`nextBuildNumber`).
 #[derive(Debug, Default)]
-pub struct LocalNumbers(Mutex<HashMap<String, u64>>);
+pub struct LocalNumbers;
 
 impl BuildNumbers for LocalNumbers {
-    fn next<'a>(&'a self, job: &'a str) -> BoxFuture<'a, Result<u64, String>> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = map.entry(job.to_owned()).or_insert(0);
-        *n += 1;
-        let n = *n;
-        Box::pin(async move { Ok(n) })
+    fn gated(&self) -> bool {
+        false
     }
+
+    fn claim<'a>(&'a self, _: &'a str, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Claim, String>> {
+        Box::pin(async { Ok(Claim::Ungated { reason: "the gate is off".into() }) })
+    }
+}
+
+/// Where a queue item is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemState {
+    /// Waiting for its build claim's decision.
+    Claiming,
+    /// Numbered, in its quiet period.
+    Queued,
+    /// Its build runs.
+    Running,
+    /// Its build finished.
+    Finished,
+    /// Refused: another cell runs its trigger. No events were sent.
+    Refused,
+    /// Dropped: its claim was malformed or waited too long. No events were sent.
+    Dropped,
+}
+
+impl ItemState {
+    /// Refused, dropped or finished: nothing more happens to it.
+    pub fn is_final(self) -> bool {
+        matches!(self, ItemState::Finished | ItemState::Refused | ItemState::Dropped)
+    }
+
+    /// Numbered, refused or dropped: the claim is decided.
+    pub fn is_decided(self) -> bool {
+        self != ItemState::Claiming
+    }
+
+    /// In Jenkins' queue (`/queue/api/json`).
+    pub fn in_queue(self) -> bool {
+        matches!(self, ItemState::Claiming | ItemState::Queued)
+    }
+}
+
+/// A queue item and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueItem {
+    /// Jenkins' queue item id (per double, from 1).
+    pub queue_id: u64,
+    /// The job.
+    pub job: String,
+    /// Its trigger: the claim's and the `queued` event's.
+    pub trigger: String,
+    /// Its claim id (`q-<instance>-<queue id>`).
+    pub claim_id: String,
+    /// Where it is.
+    pub state: ItemState,
+    /// Its build number, once it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build: Option<u64>,
+    /// The number came from a granted claim (else Jenkins' own).
+    pub granted: bool,
+    /// The cell holding its trigger, when refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<u32>,
+    /// Why it was dropped, or ran ungated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it was queued (milliseconds since the epoch, Jenkins' clock).
+    pub in_queue_since: i64,
 }
 
 /// One step of a build: at `at_ms` (configured milliseconds after it was queued), append
@@ -453,9 +546,15 @@ pub fn result_of(job: &JobConfig) -> BuildResult {
     r
 }
 
-/// Every step of build `number` of `job`, queued at `queued`: its events in order, their times,
-/// and its console.
+/// Every step of build `number` of `job`, queued at `queued` with the job's trigger: its events
+/// in order, their times, and its console.
 pub fn plan(job: &JobConfig, number: u64, queued: Timestamp) -> Vec<Step> {
+    plan_triggered(job, number, queued, job.trigger())
+}
+
+/// [`plan`] for a queue item with its own trigger (`queued.trigger`); the cause (`started.cause`,
+/// the console's first line) stays the job's.
+pub fn plan_triggered(job: &JobConfig, number: u64, queued: Timestamp, queue_trigger: &str) -> Vec<Step> {
     let name = job.name.as_str();
     let event = |kind: &str, stage: Option<&str>, at_ms: u64, body: EventBody| BuildEvent {
         v: VERSION,
@@ -470,7 +569,7 @@ pub fn plan(job: &JobConfig, number: u64, queued: Timestamp) -> Vec<Step> {
     let mut steps = Vec::new();
     steps.push(Step {
         at_ms: 0,
-        event: event("queued", None, 0, EventBody::Queued { trigger: Some(trigger.clone()) }),
+        event: event("queued", None, 0, EventBody::Queued { trigger: Some(queue_trigger.to_owned()) }),
         console: Vec::new(),
     });
     let start = job.queue_ms;
@@ -578,8 +677,10 @@ pub struct BuildRecord {
     pub number: u64,
     /// The queue item's id.
     pub queue_id: u64,
-    /// What triggered it.
+    /// What caused it (the job's trigger: `user:admin`, `timer`, ...; its `CauseAction`).
     pub trigger: String,
+    /// Its queue item's trigger (`queued.trigger`, the claim's).
+    pub queue_trigger: String,
     /// When it started (`timestamp`).
     pub started: Timestamp,
     /// Still running.
@@ -599,8 +700,7 @@ pub struct BuildRecord {
 #[derive(Debug, Default)]
 struct JobRecords {
     builds: BTreeMap<u64, BuildRecord>,
-    /// Build number to its queue item (id, since), while queued.
-    queued: BTreeMap<u64, (u64, Timestamp)>,
+    /// The highest number given (Jenkins' `nextBuildNumber` is one more).
     highest: u64,
 }
 
@@ -615,13 +715,19 @@ pub enum BuildsError {
         /// The names there are.
         known: String,
     },
-    /// The build number could not be had.
-    #[error("no build number for {job:?}: {reason}")]
-    Number {
+    /// A build did not run: its claim was refused, or it was dropped from the queue.
+    #[error("build of {job:?} did not run: {reason}")]
+    NotRun {
         /// The job.
         job: String,
         /// Why.
         reason: String,
+    },
+    /// A trigger is not valid.
+    #[error("trigger {trigger:?}: must be 1 to {MAX_TEXT} characters without control characters")]
+    Trigger {
+        /// The trigger.
+        trigger: String,
     },
 }
 
@@ -638,6 +744,11 @@ pub struct BuildsOptions {
     pub numbers: Arc<dyn BuildNumbers>,
     /// The plugin's client; without it builds run and send nothing (Jenkins without the plugin).
     pub plugin: Option<Arc<PluginClient>>,
+    /// The plugin's console log sender; without it logs are only served (`consoleText`).
+    pub logs: Option<Arc<LogsClient>>,
+    /// This double's instance, in its claim ids (`q-<instance>-<queue id>`), so two cells' queue
+    /// items never share an id. Default: 8 random hex digits.
+    pub instance: String,
     /// Wait for room in the plugin's buffer instead of dropping (the load generator; the real
     /// plugin never blocks a build).
     pub wait_for_room: bool,
@@ -653,8 +764,10 @@ impl Default for BuildsOptions {
             jobs: Vec::new(),
             time_scale: 1.0,
             clock: Arc::new(SystemClock),
-            numbers: Arc::new(LocalNumbers::default()),
+            numbers: Arc::new(LocalNumbers),
             plugin: None,
+            logs: None,
+            instance: format!("{:08x}", crate::rand_u64() as u32),
             wait_for_room: false,
             keep_builds: 100,
             max_console_bytes: 1 << 20,
@@ -672,7 +785,13 @@ pub struct Builds {
     stopped: watch::Sender<bool>,
     queue_ids: AtomicU64,
     events: AtomicU64,
+    items: Mutex<BTreeMap<u64, QueueItem>>,
+    refused: AtomicU64,
+    dropped: AtomicU64,
 }
+
+/// The most queue items whose fate is kept (the oldest final ones go first).
+pub const MAX_ITEMS: usize = 100_000;
 
 impl Builds {
     /// The jobs and how they run.
@@ -686,6 +805,9 @@ impl Builds {
             stopped: watch::Sender::new(false),
             queue_ids: AtomicU64::new(0),
             events: AtomicU64::new(0),
+            items: Mutex::new(BTreeMap::new()),
+            refused: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
         })
     }
 
@@ -703,6 +825,56 @@ impl Builds {
         if let Some(p) = &self.opts.plugin {
             p.close();
         }
+        if let Some(l) = &self.opts.logs {
+            l.close();
+        }
+    }
+
+    /// The console log sender, if there is one.
+    pub fn logs(&self) -> Option<&Arc<LogsClient>> {
+        self.opts.logs.as_ref()
+    }
+
+    /// Where build numbers come from.
+    pub fn numbers(&self) -> &Arc<dyn BuildNumbers> {
+        &self.opts.numbers
+    }
+
+    fn items(&self) -> MutexGuard<'_, BTreeMap<u64, QueueItem>> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn update_item(&self, queue_id: u64, f: impl FnOnce(&mut QueueItem)) {
+        if let Some(i) = self.items().get_mut(&queue_id) {
+            f(i);
+        }
+        self.touch();
+    }
+
+    /// Queue items and their fates, oldest first (at most [`MAX_ITEMS`] are kept); `job`: of that
+    /// job only.
+    pub fn queue_items_of(&self, job: Option<&str>) -> Vec<QueueItem> {
+        self.items().values().filter(|i| job.is_none_or(|j| i.job == j)).cloned().collect()
+    }
+
+    /// One queue item.
+    pub fn queue_item(&self, queue_id: u64) -> Option<QueueItem> {
+        self.items().get(&queue_id).cloned()
+    }
+
+    /// Queue items refused and dropped so far (never run, no events).
+    pub fn refused_and_dropped(&self) -> (u64, u64) {
+        (self.refused.load(Ordering::Relaxed), self.dropped.load(Ordering::Relaxed))
+    }
+
+    /// Waits until every one of these queue items is decided (numbered, refused or dropped).
+    pub async fn wait_decided(&self, queue_ids: &[u64]) {
+        let mut rx = self.changed.subscribe();
+        let decided = |s: &Self| {
+            let items = s.items();
+            queue_ids.iter().all(|id| items.get(id).is_none_or(|i| i.state.is_decided()))
+        };
+        let _ = rx.wait_for(|_| decided(self)).await;
     }
 
     /// The plugin's client, if there is one.
@@ -768,37 +940,139 @@ impl Builds {
         }
     }
 
-    /// Queues a build: takes its number and sends `queued`; the rest is `run_queued`.
-    async fn queue(&self, job: &Arc<JobConfig>) -> Result<(u64, u64, Vec<Step>), BuildsError> {
-        let number = self
-            .opts
-            .numbers
-            .next(&job.name)
-            .await
-            .map_err(|reason| BuildsError::Number { job: job.name.clone(), reason })?;
-        let since = self.opts.clock.now();
-        let steps = plan(job, number, since);
+    /// A new queue item of `job` with `trigger` (the job's trigger and the queue id when none).
+    fn new_item(&self, job: &JobConfig, trigger: Option<String>) -> Result<QueueItem, BuildsError> {
         let queue_id = self.queue_ids.fetch_add(1, Ordering::Relaxed) + 1;
-        {
-            let mut records = self.records();
-            let r = records.entry(job.name.clone()).or_default();
-            r.queued.insert(number, (queue_id, since));
-            r.highest = r.highest.max(number);
+        let trigger = trigger.unwrap_or_else(|| format!("{}:{queue_id}", job.trigger()));
+        if trigger.is_empty() || trigger.chars().count() > MAX_TEXT || trigger.chars().any(char::is_control) {
+            return Err(BuildsError::Trigger { trigger });
         }
+        let item = QueueItem {
+            queue_id,
+            job: job.name.clone(),
+            claim_id: format!("q-{}-{queue_id}", self.opts.instance),
+            trigger,
+            state: ItemState::Claiming,
+            build: None,
+            granted: false,
+            holder: None,
+            reason: None,
+            in_queue_since: self.opts.clock.now().as_millisecond(),
+        };
+        let mut items = self.items();
+        items.insert(queue_id, item.clone());
+        if items.len() > MAX_ITEMS {
+            let old: Vec<u64> = items
+                .values()
+                .filter(|i| i.state.is_final())
+                .take(items.len() - MAX_ITEMS)
+                .map(|i| i.queue_id)
+                .collect();
+            for id in old {
+                items.remove(&id);
+            }
+        }
+        Ok(item)
+    }
+
+    /// The next of Jenkins' own numbers of `job`; or records that a claim gave `granted` (Jenkins'
+    /// `nextBuildNumber` is then set past it).
+    fn take_number(&self, job: &str, granted: Option<u64>) -> u64 {
+        let mut records = self.records();
+        let r = records.entry(job.to_owned()).or_default();
+        let n = granted.unwrap_or(r.highest + 1);
+        r.highest = r.highest.max(n);
+        n
+    }
+
+    /// The item has its number: it is queued (`queued` sent); its steps.
+    async fn numbered(
+        &self,
+        job: &JobConfig,
+        item: &QueueItem,
+        number: u64,
+        granted: bool,
+        reason: Option<String>,
+    ) -> Vec<Step> {
+        let since = Timestamp::from_millisecond(item.in_queue_since).unwrap_or_else(|_| self.opts.clock.now());
+        let steps = plan_triggered(job, number, since, &item.trigger);
+        self.update_item(item.queue_id, |i| {
+            i.state = ItemState::Queued;
+            i.build = Some(number);
+            i.granted = granted;
+            i.reason = reason;
+        });
         self.emit(&steps[0].event).await;
-        self.touch();
-        Ok((number, queue_id, steps))
+        steps
+    }
+
+    /// Asks the claim (while the double runs) and acts on the decision; the number and steps when
+    /// the build is to run.
+    async fn settle(&self, job: &JobConfig, item: &QueueItem) -> Result<(u64, Vec<Step>), String> {
+        let mut stopped = self.stopped.subscribe();
+        let decision = tokio::select! {
+            d = self.opts.numbers.claim(&job.name, &item.trigger, &item.claim_id) => d,
+            _ = stopped.wait_for(|s| *s) => Err("the double stopped".to_owned()),
+        };
+        match decision {
+            Ok(Claim::Granted(n)) => {
+                let n = self.take_number(&job.name, Some(n));
+                Ok((n, self.numbered(job, item, n, true, None).await))
+            }
+            Ok(Claim::Ungated { reason }) => {
+                let n = self.take_number(&job.name, None);
+                Ok((n, self.numbered(job, item, n, false, Some(reason)).await))
+            }
+            Ok(Claim::Refused { holder }) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(job = %job.name, trigger = %item.trigger, holder, "build claim refused: cell {holder} runs this trigger; the queue item is dropped");
+                self.update_item(item.queue_id, |i| {
+                    i.state = ItemState::Refused;
+                    i.holder = Some(holder);
+                });
+                Err(format!("refused: cell {holder} holds trigger {:?}", item.trigger))
+            }
+            Err(reason) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.update_item(item.queue_id, |i| {
+                    i.state = ItemState::Dropped;
+                    i.reason = Some(reason.clone());
+                });
+                Err(reason)
+            }
+        }
+    }
+
+    /// Queues a build: takes its number without asking (the gate off) and sends `queued`.
+    async fn queue_local(&self, job: &JobConfig, item: &QueueItem) -> (u64, Vec<Step>) {
+        let n = self.take_number(&job.name, None);
+        (n, self.numbered(job, item, n, false, None).await)
     }
 
     async fn run_queued(&self, job: &JobConfig, number: u64, queue_id: u64, steps: Vec<Step>) {
         let mut at = 0;
+        let mut log = None;
         for step in steps.into_iter().skip(1) {
             self.pause(step.at_ms.saturating_sub(at)).await;
             if *self.stopped.borrow() {
                 return;
             }
             at = step.at_ms;
-            self.record(job, number, queue_id, &step);
+            let trigger = self.items().get(&queue_id).map(|i| i.trigger.clone());
+            if let EventBody::Started { .. } = step.event.body {
+                log = self.opts.logs.as_ref().map(|l| l.open(&job.name, number));
+                self.update_item(queue_id, |i| i.state = ItemState::Running);
+            }
+            let printed = self.record(job, number, queue_id, trigger, &step);
+            if let Some(l) = &log {
+                l.append(printed.as_bytes());
+            }
+            if let EventBody::Finished { .. } = step.event.body {
+                if let Some(l) = &log {
+                    l.close();
+                }
+                self.update_item(queue_id, |i| i.state = ItemState::Finished);
+            }
             self.emit(&step.event).await;
             self.touch();
         }
@@ -818,11 +1092,19 @@ impl Builds {
         }
     }
 
-    fn record(&self, job: &JobConfig, number: u64, queue_id: u64, step: &Step) {
+    /// Records the step; what it printed to the console (as appended to `consoleText`).
+    fn record(
+        &self,
+        job: &JobConfig,
+        number: u64,
+        queue_id: u64,
+        queue_trigger: Option<String>,
+        step: &Step,
+    ) -> String {
+        let mut printed = String::new();
         let mut records = self.records();
         let r = records.entry(job.name.clone()).or_default();
         if let EventBody::Started { .. } = step.event.body {
-            r.queued.remove(&number);
             r.builds.insert(
                 number,
                 BuildRecord {
@@ -830,6 +1112,7 @@ impl Builds {
                     number,
                     queue_id,
                     trigger: job.trigger().to_owned(),
+                    queue_trigger: queue_trigger.unwrap_or_else(|| job.trigger().to_owned()),
                     started: step.event.time,
                     building: true,
                     result: None,
@@ -845,18 +1128,22 @@ impl Builds {
                 r.builds.remove(&old);
             }
         }
-        let Some(b) = r.builds.get_mut(&number) else { return };
+        let Some(b) = r.builds.get_mut(&number) else { return printed };
         for line in &step.console {
             if b.console_truncated {
                 break;
             }
             if b.console.len() + line.len() + 1 > self.opts.max_console_bytes {
-                b.console.push_str("[varroa-jenkins-double: console text cut here, at its bound]\n");
+                const CUT: &str = "[varroa-jenkins-double: console text cut here, at its bound]\n";
+                b.console.push_str(CUT);
+                printed.push_str(CUT);
                 b.console_truncated = true;
                 break;
             }
             b.console.push_str(line);
             b.console.push('\n');
+            printed.push_str(line);
+            printed.push('\n');
         }
         match &step.event.body {
             EventBody::TestSummary { total, failed, skipped, duration_ms } => {
@@ -870,41 +1157,75 @@ impl Builds {
             }
             _ => {}
         }
+        printed
     }
 
-    /// Queues `count` builds of `job` and runs them in the background, all at once (pipeline jobs
-    /// allow concurrent builds); returns their numbers once all are queued, and a handle that ends
-    /// when all have finished.
+    /// Queues `count` builds of `job` with the job's trigger and runs them in the background, all
+    /// at once (pipeline jobs allow concurrent builds); returns the numbers of those that got one,
+    /// in queue order, once every claim is decided, and a handle that ends when all have finished.
     pub async fn trigger(
         self: &Arc<Self>,
         job: &str,
         count: usize,
     ) -> Result<(Vec<u64>, tokio::task::JoinHandle<()>), BuildsError> {
+        let (ids, all) = self.queue_builds(job, vec![None; count]).await?;
+        self.wait_decided(&ids).await;
+        let numbers = ids.iter().filter_map(|id| self.queue_item(*id).and_then(|i| i.build)).collect();
+        Ok((numbers, all))
+    }
+
+    /// Queues a build of `job` per trigger (`None`: the job's trigger and the queue id, unique to
+    /// this double) and runs them in the background; returns their queue ids once all are queued
+    /// (with the gate off, also numbered and `queued` sent; with it, their claims are asked in the
+    /// background: [`Builds::wait_decided`]), and a handle that ends when all have finished or
+    /// were refused or dropped.
+    pub async fn queue_builds(
+        self: &Arc<Self>,
+        job: &str,
+        triggers: Vec<Option<String>>,
+    ) -> Result<(Vec<u64>, tokio::task::JoinHandle<()>), BuildsError> {
         let job = self.job_arc(job)?;
-        let mut numbers = Vec::with_capacity(count);
+        let mut ids = Vec::with_capacity(triggers.len());
         let mut runs = tokio::task::JoinSet::new();
-        for _ in 0..count {
-            let (number, queue_id, steps) = match self.queue(&job).await {
-                Ok(x) => x,
+        let gated = self.opts.numbers.gated();
+        for trigger in triggers {
+            let item = match self.new_item(&job, trigger) {
+                Ok(i) => i,
                 Err(e) => {
                     // The builds already queued run on.
                     runs.detach_all();
                     return Err(e);
                 }
             };
-            numbers.push(number);
+            ids.push(item.queue_id);
             let (me, job) = (self.clone(), job.clone());
-            runs.spawn(async move { me.run_queued(&job, number, queue_id, steps).await });
+            if gated {
+                runs.spawn(async move {
+                    if let Ok((number, steps)) = me.settle(&job, &item).await {
+                        me.run_queued(&job, number, item.queue_id, steps).await;
+                    }
+                });
+            } else {
+                let (number, steps) = self.queue_local(&job, &item).await;
+                runs.spawn(async move { me.run_queued(&job, number, item.queue_id, steps).await });
+            }
         }
+        self.touch();
         let all = tokio::spawn(async move { while runs.join_next().await.is_some() {} });
-        Ok((numbers, all))
+        Ok((ids, all))
     }
 
-    /// Runs one build of `job` to its end; returns its number.
+    /// Runs one build of `job` to its end; returns its number (an error when its claim was
+    /// refused or it was dropped).
     pub async fn run(&self, job: &str) -> Result<u64, BuildsError> {
         let job = self.job_arc(job)?;
-        let (number, queue_id, steps) = self.queue(&job).await?;
-        self.run_queued(&job, number, queue_id, steps).await;
+        let item = self.new_item(&job, None)?;
+        let (number, steps) = if self.opts.numbers.gated() {
+            self.settle(&job, &item).await.map_err(|reason| BuildsError::NotRun { job: job.name.clone(), reason })?
+        } else {
+            self.queue_local(&job, &item).await
+        };
+        self.run_queued(&job, number, item.queue_id, steps).await;
         Ok(number)
     }
 
@@ -920,25 +1241,20 @@ impl Builds {
 
     /// Whether a build of the job waits in the queue.
     pub fn in_queue(&self, job: &str) -> bool {
-        self.records().get(job).is_some_and(|r| !r.queued.is_empty())
+        self.items().values().any(|i| i.job == job && i.state.in_queue())
     }
 
     /// The queue item id of a build, queued or started.
     pub fn queue_id_of(&self, job: &str, number: u64) -> Option<u64> {
-        let records = self.records();
-        let r = records.get(job)?;
-        r.queued.get(&number).map(|q| q.0).or_else(|| r.builds.get(&number).map(|b| b.queue_id))
+        if let Some(b) = self.build(job, number) {
+            return Some(b.queue_id);
+        }
+        self.items().values().find(|i| i.job == job && i.build == Some(number)).map(|i| i.queue_id)
     }
 
-    /// The builds waiting in the queue: (job, number, queue item id, since), oldest first.
-    pub fn queue_items(&self) -> Vec<(String, u64, u64, Timestamp)> {
-        let mut out: Vec<_> = self
-            .records()
-            .iter()
-            .flat_map(|(job, r)| r.queued.iter().map(|(n, (id, since))| (job.clone(), *n, *id, *since)))
-            .collect();
-        out.sort_by_key(|i| i.2);
-        out
+    /// The items waiting in the queue (for a claim, or in their quiet period), oldest first.
+    pub fn queue_items(&self) -> Vec<QueueItem> {
+        self.items().values().filter(|i| i.state.in_queue()).cloned().collect()
     }
 
     /// How many builds are running.

@@ -85,8 +85,11 @@
 
 pub mod builds;
 mod casc;
+pub mod claims;
+mod client;
 mod job_pages;
 pub mod load;
+pub mod logs;
 pub mod plugin;
 mod plugins;
 mod server;
@@ -137,8 +140,17 @@ pub struct Options {
     pub time_scale: f64,
     /// Jenkins' clock (build and event times).
     pub clock: Arc<dyn builds::Clock>,
-    /// Where build numbers come from (Jenkins' own numbering by default; build claims later).
+    /// Where build numbers come from (Jenkins' own numbering by default); replaced by the claims
+    /// client when `claims` is set.
     pub numbers: Arc<dyn builds::BuildNumbers>,
+    /// Build claims (`--claims`): every queued build asks the mite, `POST /v1/claims`, through
+    /// the plugin's URL and token file. Needs `plugin`.
+    pub claims: Option<ClaimsOptions>,
+    /// Console logs: with a plugin URL, every build's console text goes to the mite
+    /// (`POST /v1/logs/...`) unless this is `None`. Default: the protocol's settings.
+    pub logs: Option<LogsOptions>,
+    /// The instance in this double's claim ids (`q-<instance>-<queue id>`); default random.
+    pub instance: Option<String>,
     /// Builds kept per job (older finished ones are discarded).
     pub keep_builds: usize,
     /// The most console bytes kept per build.
@@ -163,9 +175,74 @@ impl Default for Options {
             plugin: None,
             time_scale: 1.0,
             clock: Arc::new(builds::SystemClock),
-            numbers: Arc::new(builds::LocalNumbers::default()),
+            numbers: Arc::new(builds::LocalNumbers),
+            claims: None,
+            logs: Some(LogsOptions::default()),
+            instance: None,
             keep_builds: 100,
             max_console_bytes: 1 << 20,
+        }
+    }
+}
+
+/// How build claims are asked (the URL and token file are the plugin's).
+#[derive(Debug, Clone)]
+pub struct ClaimsOptions {
+    /// `budget_ms` and the request's timeout (5 s).
+    pub budget: Duration,
+    /// How long a queue item waits for a decision before it is dropped (1 hour).
+    pub wait_limit: Duration,
+    /// The first back-off (1 s); it doubles to `backoff_max` (30 s).
+    pub backoff_initial: Duration,
+    /// The longest back-off.
+    pub backoff_max: Duration,
+}
+
+impl Default for ClaimsOptions {
+    fn default() -> Self {
+        let c = claims::ClaimsConfig::new("", "");
+        ClaimsOptions {
+            budget: c.budget,
+            wait_limit: c.wait_limit,
+            backoff_initial: c.backoff_initial,
+            backoff_max: c.backoff_max,
+        }
+    }
+}
+
+/// How console logs are sent (the URL and token file are the plugin's).
+#[derive(Debug, Clone)]
+pub struct LogsOptions {
+    /// A chunk per this much output time (1 s, times `time_scale`: 0 sends at once).
+    pub chunk_interval: Duration,
+    /// ... or per this many bytes (256 KiB).
+    pub chunk_bytes: usize,
+    /// Chunks in flight over all builds (4).
+    pub max_in_flight: usize,
+    /// Unsent bytes held per build (4 MiB) and in all (64 MiB); beyond, the log is cut.
+    pub max_unsent_per_build: usize,
+    /// See `max_unsent_per_build`.
+    pub max_unsent_total: usize,
+    /// The first back-off (1 s); it doubles to `backoff_max` (30 s).
+    pub backoff_initial: Duration,
+    /// The longest back-off.
+    pub backoff_max: Duration,
+    /// One request's timeout (30 s).
+    pub request_timeout: Duration,
+}
+
+impl Default for LogsOptions {
+    fn default() -> Self {
+        let c = logs::LogsConfig::new("", "");
+        LogsOptions {
+            chunk_interval: c.chunk_interval,
+            chunk_bytes: c.chunk_bytes,
+            max_in_flight: c.max_in_flight,
+            max_unsent_per_build: c.max_unsent_per_build,
+            max_unsent_total: c.max_unsent_total,
+            backoff_initial: c.backoff_initial,
+            backoff_max: c.backoff_max,
+            request_timeout: c.request_timeout,
         }
     }
 }
@@ -187,6 +264,9 @@ pub enum StartError {
     /// A build job is invalid.
     #[error(transparent)]
     Jobs(#[from] builds::JobsError),
+    /// Build claims need the plugin's URL.
+    #[error("build claims (--claims) need the plugin's URL (--plugin-url, VARROA_PLUGIN_URL)")]
+    ClaimsWithoutPlugin,
     /// The time scale is not a finite number of at least 0.
     #[error("invalid time scale {0}: must be a finite number >= 0 (1: real time, 0: at once)")]
     TimeScale(f64),
@@ -246,6 +326,8 @@ pub(crate) struct Shared {
     pub manifests: Mutex<plugins::ManifestCache>,
     /// The build jobs and their builds.
     pub builds: Arc<builds::Builds>,
+    /// The build claims client, with `--claims`.
+    pub claims: Option<Arc<claims::ClaimsClient>>,
 }
 
 impl Shared {
@@ -297,12 +379,46 @@ impl JenkinsDouble {
             Some(c) => Some(Arc::new(plugin::PluginClient::start(c.clone())?)),
             None => None,
         };
+        let claims_client = match (&opts.claims, &opts.plugin) {
+            (None, _) => None,
+            (Some(_), None) => return Err(StartError::ClaimsWithoutPlugin),
+            (Some(c), Some(p)) => Some(claims::ClaimsClient::new(claims::ClaimsConfig {
+                url: p.url.clone(),
+                token_file: p.token_file.clone(),
+                budget: c.budget,
+                wait_limit: c.wait_limit,
+                backoff_initial: c.backoff_initial,
+                backoff_max: c.backoff_max,
+            })?),
+        };
+        let numbers: Arc<dyn builds::BuildNumbers> = match &claims_client {
+            Some(c) => c.clone(),
+            None => opts.numbers.clone(),
+        };
+        let logs = match (&opts.logs, &opts.plugin) {
+            (Some(l), Some(p)) => Some(Arc::new(logs::LogsClient::new(logs::LogsConfig {
+                url: p.url.clone(),
+                token_file: p.token_file.clone(),
+                chunk_interval: l.chunk_interval.mul_f64(opts.time_scale),
+                chunk_bytes: l.chunk_bytes,
+                max_chunk: 1 << 20,
+                max_in_flight: l.max_in_flight,
+                max_unsent_per_build: l.max_unsent_per_build,
+                max_unsent_total: l.max_unsent_total,
+                request_timeout: l.request_timeout,
+                backoff_initial: l.backoff_initial,
+                backoff_max: l.backoff_max,
+            })?)),
+            _ => None,
+        };
         let builds = builds::Builds::new(builds::BuildsOptions {
             jobs: opts.build_jobs.clone(),
             time_scale: opts.time_scale,
             clock: opts.clock.clone(),
-            numbers: opts.numbers.clone(),
+            numbers,
             plugin,
+            logs,
+            instance: opts.instance.clone().unwrap_or_else(|| format!("{:08x}", rand_u64() as u32)),
             wait_for_room: false,
             keep_builds: opts.keep_builds,
             max_console_bytes: opts.max_console_bytes,
@@ -329,6 +445,7 @@ impl JenkinsDouble {
             accepting: tokio::sync::watch::Sender::new(true),
             manifests,
             builds,
+            claims: claims_client,
         });
         let task = tokio::spawn(server::serve(shared.clone(), listener));
         Ok(JenkinsDouble { shared, task })
@@ -461,6 +578,29 @@ impl JenkinsDouble {
     /// The plugin's counters, when the double has a plugin URL.
     pub fn plugin_counters(&self) -> Option<plugin::Counters> {
         self.plugin().map(|p| p.counters())
+    }
+
+    /// Queues a build of `job` per trigger (`None`: the job's trigger and the queue id) and runs
+    /// them; their queue items once every claim is decided (see [`builds::QueueItem`]).
+    pub async fn run_triggered(
+        &self,
+        job: &str,
+        triggers: Vec<Option<String>>,
+    ) -> Result<Vec<builds::QueueItem>, builds::BuildsError> {
+        let b = &self.shared.builds;
+        let (ids, _) = b.queue_builds(job, triggers).await?;
+        b.wait_decided(&ids).await;
+        Ok(ids.iter().filter_map(|id| b.queue_item(*id)).collect())
+    }
+
+    /// The claims client's counters, when the double asks build claims.
+    pub fn claim_counters(&self) -> Option<claims::ClaimCounters> {
+        self.shared.claims.as_ref().map(|c| c.counters())
+    }
+
+    /// The console log sender's counters, when the double sends logs.
+    pub fn log_counters(&self) -> Option<logs::LogCounters> {
+        self.shared.builds.logs().map(|l| l.counters())
     }
 }
 

@@ -133,6 +133,22 @@ struct Args {
     /// hundred times faster, 0 at once (the events carry the configured times either way).
     #[arg(long = "time-scale", env = "JENKINS_DOUBLE_TIME_SCALE", default_value_t = 1.0)]
     time_scale: f64,
+    /// Ask a build claim (POST {plugin-url}/v1/claims) for every queued build, as the Varroa
+    /// plugin does: granted runs with the ledger's number, refused drops the queue item, ungated
+    /// runs with Jenkins' own. Needs --plugin-url.
+    #[arg(long, env = "JENKINS_DOUBLE_CLAIMS")]
+    claims: bool,
+    /// A claim's budget_ms: how long one claim request waits for its answer (100 to 30000).
+    #[arg(long = "claim-budget-ms", env = "JENKINS_DOUBLE_CLAIM_BUDGET_MS", default_value_t = 5000)]
+    claim_budget_ms: u64,
+    /// Seconds a queue item waits for a claim decision (retry answers, the mite away) before it is
+    /// dropped.
+    #[arg(long = "claim-wait-limit", env = "JENKINS_DOUBLE_CLAIM_WAIT_LIMIT", default_value_t = 3600)]
+    claim_wait_limit: u64,
+    /// Send every build's console text to the mite (POST {plugin-url}/v1/logs/...) when there is
+    /// a plugin URL.
+    #[arg(long = "console-logs", env = "JENKINS_DOUBLE_CONSOLE_LOGS", default_value_t = true, action = clap::ArgAction::Set)]
+    console_logs: bool,
 }
 
 /// Where the mite writes the plugin token by default (docs/varroa/plugin-protocol.md).
@@ -219,6 +235,14 @@ async fn main() -> anyhow::Result<()> {
     if plugin.is_none() {
         tracing::info!("no VARROA_PLUGIN_URL: builds run and send no events (Jenkins without the Varroa plugin)");
     }
+    if args.claims && plugin.is_none() {
+        anyhow::bail!("--claims (JENKINS_DOUBLE_CLAIMS) needs --plugin-url (VARROA_PLUGIN_URL): claims go to the mite");
+    }
+    let claims = args.claims.then(|| varroa_jenkins_double::ClaimsOptions {
+        budget: Duration::from_millis(args.claim_budget_ms),
+        wait_limit: Duration::from_secs(args.claim_wait_limit),
+        ..Default::default()
+    });
     let opts = Options {
         listen,
         version: args.jenkins_version,
@@ -234,6 +258,8 @@ async fn main() -> anyhow::Result<()> {
         build_jobs,
         plugin,
         time_scale: args.time_scale,
+        claims,
+        logs: args.console_logs.then(varroa_jenkins_double::LogsOptions::default),
         ..Options::default()
     };
     let double = JenkinsDouble::start(opts).await?;

@@ -393,23 +393,29 @@ fn queue_json(shared: &Shared, base: &str) -> Value {
         .collect();
     // The build jobs' builds in their quiet period.
     let now_ts = shared.opts.clock.now();
-    for (job, _, id, since) in shared.builds.queue_items() {
+    for item in shared.builds.queue_items() {
+        let (job, id, since) = (item.job.clone(), item.queue_id, item.in_queue_since);
         let quiet = shared.builds.job(&job).map_or(0, |j| j.queue_ms);
-        let due = since.as_millisecond().saturating_add(quiet as i64);
+        let due = since.saturating_add(quiet as i64);
         let left = (due - now_ts.as_millisecond()).max(0) as f64 / 1000.0;
         let short = job.rsplit('/').next().unwrap_or(&job).to_owned();
+        let why = if item.state == crate::builds::ItemState::Claiming {
+            "Waiting for a build claim".to_owned()
+        } else {
+            format!("In the quiet period. Expires in {left:.1} sec")
+        };
         items.push(json!({
             "_class": "hudson.model.Queue$WaitingItem",
             "actions": [{"_class": "hudson.model.CauseAction", "causes": [crate::builds::cause_json(&shared.builds.job(&job).map_or_else(|| "user:admin".to_owned(), |j| j.trigger().to_owned()))]}],
             "blocked": false,
             "buildable": false,
             "id": id,
-            "inQueueSince": since.as_millisecond(),
+            "inQueueSince": since,
             "params": "",
             "stuck": false,
             "task": {"_class": "org.jenkinsci.plugins.workflow.job.WorkflowJob", "name": short, "url": crate::job_pages::job_url(base, &job), "color": crate::builds::color(&shared.builds.builds_of(&job))},
             "url": format!("queue/item/{id}/"),
-            "why": format!("In the quiet period. Expires in {left:.1} sec"),
+            "why": why,
             "timestamp": due,
         }));
     }
@@ -707,7 +713,36 @@ async fn admin_endpoint(shared: &Shared, path: String, req: Request<Incoming>) -
             v["enabled"] = true.into();
             v["url"] = plugin.config().url.clone().into();
             v["tokenFile"] = plugin.config().token_file.display().to_string().into();
+            let (refused, dropped) = shared.builds.refused_and_dropped();
+            v["claims"] = match &shared.claims {
+                Some(c) => {
+                    let mut c = serde_json::to_value(c.counters()).unwrap_or_default();
+                    c["enabled"] = true.into();
+                    c["itemsRefused"] = refused.into();
+                    c["itemsDropped"] = dropped.into();
+                    c
+                }
+                None => json!({"enabled": false}),
+            };
+            v["logs"] = match shared.builds.logs() {
+                Some(l) => {
+                    let mut l = serde_json::to_value(l.counters()).unwrap_or_default();
+                    l["enabled"] = true.into();
+                    l
+                }
+                None => json!({"enabled": false}),
+            };
             json_response(StatusCode::OK, "application/json", &v)
+        }
+        ("GET", "items") => {
+            let job = query.iter().find(|(k, _)| k == "job").map(|(_, v)| v.as_str());
+            let items = shared.builds.queue_items_of(job);
+            let (refused, dropped) = shared.builds.refused_and_dropped();
+            json_response(
+                StatusCode::OK,
+                "application/json",
+                &json!({"items": items, "refused": refused, "dropped": dropped}),
+            )
         }
         _ => admin_error(StatusCode::NOT_FOUND, &format!("no admin endpoint {method} /__double/{path}")),
     }
@@ -716,55 +751,98 @@ async fn admin_endpoint(shared: &Shared, path: String, req: Request<Incoming>) -
 /// The most builds one `POST /__double/builds` runs.
 const MAX_BUILDS_PER_REQUEST: u64 = 10_000;
 
-/// `POST /__double/builds {"job": "app", "count": 10, "wait": false}`.
+/// `POST /__double/builds {"job": "app", "count": 10, "trigger": "timer:batch-7", "triggers":
+/// [...], "wait": false}`.
 async fn run_builds(shared: &Shared, body: &[u8]) -> Resp {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Ask {
         job: String,
-        #[serde(default = "one")]
-        count: u64,
+        #[serde(default)]
+        count: Option<u64>,
+        #[serde(default)]
+        trigger: Option<String>,
+        #[serde(default)]
+        triggers: Option<Vec<String>>,
         #[serde(default)]
         wait: bool,
     }
-    fn one() -> u64 {
-        1
-    }
+    const SHAPE: &str = "expected {\"job\": \"<name>\", \"count\": n, \"trigger\": \"<prefix>\" or \"triggers\": [..], \"wait\": false}";
     let ask: Ask = match serde_json::from_slice(body) {
         Ok(a) => a,
-        Err(e) => {
-            return admin_error(
-                StatusCode::BAD_REQUEST,
-                &format!("{e}; expected {{\"job\": \"<name>\", \"count\": n, \"wait\": false}}"),
-            );
+        Err(e) => return admin_error(StatusCode::BAD_REQUEST, &format!("{e}; {SHAPE}")),
+    };
+    let triggers: Vec<Option<String>> = match (&ask.trigger, &ask.triggers) {
+        (Some(_), Some(_)) => {
+            return admin_error(StatusCode::BAD_REQUEST, "trigger, triggers: give one (a prefix, or the list)");
+        }
+        (_, Some(list)) => {
+            if ask.count.is_some_and(|c| c != list.len() as u64) {
+                return admin_error(StatusCode::BAD_REQUEST, "count: must be the length of triggers (or left out)");
+            }
+            list.iter().cloned().map(Some).collect()
+        }
+        (prefix, None) => {
+            let count = ask.count.unwrap_or(1);
+            if count == 0 || count > MAX_BUILDS_PER_REQUEST {
+                return admin_error(StatusCode::BAD_REQUEST, &format!("count: must be 1 to {MAX_BUILDS_PER_REQUEST}"));
+            }
+            (1..=count).map(|n| prefix.as_ref().map(|p| format!("{p}:{n}"))).collect()
         }
     };
-    if ask.count == 0 || ask.count > MAX_BUILDS_PER_REQUEST {
-        return admin_error(StatusCode::BAD_REQUEST, &format!("count: must be 1 to {MAX_BUILDS_PER_REQUEST}"));
+    if triggers.is_empty() || triggers.len() as u64 > MAX_BUILDS_PER_REQUEST {
+        return admin_error(StatusCode::BAD_REQUEST, &format!("triggers: must be 1 to {MAX_BUILDS_PER_REQUEST}"));
     }
-    let (numbers, all) = match shared.builds.trigger(&ask.job, ask.count as usize).await {
+    if let Some(bad) = triggers.iter().flatten().find(|t| {
+        t.is_empty() || t.chars().count() > varroa_link::claims::MAX_TRIGGER || t.chars().any(char::is_control)
+    }) {
+        return admin_error(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "trigger {bad:?}: must be 1 to {} characters without control characters",
+                varroa_link::claims::MAX_TRIGGER
+            ),
+        );
+    }
+    let (ids, all) = match shared.builds.queue_builds(&ask.job, triggers).await {
         Ok(x) => x,
         Err(e @ crate::builds::BuildsError::NoSuchJob { .. }) => {
             return admin_error(StatusCode::NOT_FOUND, &e.to_string());
         }
+        Err(e @ crate::builds::BuildsError::Trigger { .. }) => {
+            return admin_error(StatusCode::BAD_REQUEST, &e.to_string());
+        }
         Err(e) => return admin_error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     };
-    if !ask.wait {
-        return json_response(StatusCode::OK, "application/json", &json!({"job": ask.job, "builds": numbers}));
+    shared.builds.wait_decided(&ids).await;
+    if ask.wait {
+        let _ = all.await;
     }
-    let _ = all.await;
-    let results: Vec<Value> = numbers
-        .iter()
-        .map(|n| {
-            shared
-                .builds
-                .build(&ask.job, *n)
-                .and_then(|b| b.result)
-                .map(|r| Value::from(r.as_str()))
-                .unwrap_or(Value::Null)
-        })
-        .collect();
-    json_response(StatusCode::OK, "application/json", &json!({"job": ask.job, "builds": numbers, "results": results}))
+    let items: Vec<crate::builds::QueueItem> = ids.iter().filter_map(|id| shared.builds.queue_item(*id)).collect();
+    let numbers: Vec<u64> = items.iter().filter_map(|i| i.build).collect();
+    let count = |s: crate::builds::ItemState| items.iter().filter(|i| i.state == s).count();
+    let mut v = json!({
+        "job": ask.job,
+        "builds": numbers,
+        "refused": count(crate::builds::ItemState::Refused),
+        "dropped": count(crate::builds::ItemState::Dropped),
+        "items": items,
+    });
+    if ask.wait {
+        let results: Vec<Value> = numbers
+            .iter()
+            .map(|n| {
+                shared
+                    .builds
+                    .build(&ask.job, *n)
+                    .and_then(|b| b.result)
+                    .map(|r| Value::from(r.as_str()))
+                    .unwrap_or(Value::Null)
+            })
+            .collect();
+        v["results"] = results.into();
+    }
+    json_response(StatusCode::OK, "application/json", &v)
 }
 
 fn admin_error(status: StatusCode, message: &str) -> Resp {

@@ -95,7 +95,15 @@ impl Env {
 async fn console_text_and_api_json_answer_as_jenkins_does() {
     let env = Env::start().await;
     let v = env.run("app", 2).await;
-    assert_eq!(v, json!({"job": "app", "builds": [1, 2], "results": ["UNSTABLE", "UNSTABLE"]}));
+    assert_eq!(
+        (&v["job"], &v["builds"], &v["results"], &v["refused"]),
+        (&json!("app"), &json!([1, 2]), &json!(["UNSTABLE", "UNSTABLE"]), &json!(0))
+    );
+    // Each queue item's fate: without claims, Jenkins' own numbers and a trigger unique per cell.
+    assert_eq!(v["items"][1]["state"], "finished");
+    assert_eq!(v["items"][1]["build"], 2);
+    assert_eq!(v["items"][1]["granted"], false);
+    assert_eq!(v["items"][1]["trigger"], "user:admin:2");
 
     let r = env.get("/job/app/2/consoleText").await;
     assert_eq!(r.status(), StatusCode::OK);

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod mite;
+
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
