@@ -238,3 +238,90 @@ async fn the_gateway_stores_build_events_the_recorder_records_them_and_neither_d
     );
     recorder.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_asks_build_claims_and_the_recorder_answers_them_and_nobody_else_listens() {
+    use varroa_link::claims::{LedgerAnswer, LedgerRequest};
+    let nats = NatsServer::start_with_config(
+        &accounts_conf(),
+        &[
+            ("OPERATOR_PASSWORD", "operator-secret"),
+            ("GATEWAY_PASSWORD", "gateway-secret"),
+            ("RECORDER_PASSWORD", "recorder-secret"),
+        ],
+    )
+    .expect("nats-server starts with the shipped accounts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gw = varroa_link::nats::connect(&settings(&nats, dir.path(), "varroa-gateway", "gateway-secret"))
+        .await
+        .expect("gateway");
+
+    // The gateway may not listen on the claims subjects: a claim published there does not reach it.
+    let mut snoop = gw.subscribe("varroa.claims.>").await.expect("subscribe is sent");
+    let mut snoop_queue =
+        gw.queue_subscribe("varroa.claims.>", "varroa-ledger".into()).await.expect("subscribe is sent");
+    gw.flush().await.expect("flush");
+    let gw2 = varroa_link::nats::connect(&settings(&nats, dir.path(), "varroa-gateway", "gateway-secret"))
+        .await
+        .expect("a second gateway connection");
+    gw2.publish("varroa.claims.local.team-a.ci", "{}".into()).await.expect("the gateway may publish claims");
+    gw2.flush().await.expect("the server takes the claim");
+    for sub in [&mut snoop, &mut snoop_queue] {
+        let got = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
+        assert!(!matches!(got, Ok(Some(_))), "the gateway may not subscribe varroa.claims.>: {got:?}");
+    }
+
+    // The recorder's ledger, with the recorder's user, answers the gateway's claim request.
+    let pg = varroa_recorder::testing::PgServer::start().expect("PostgreSQL starts");
+    let db = pg.create_database("records").await.expect("a database");
+    let recorder = varroa_recorder::start(varroa_recorder::RecorderConfig {
+        database: varroa_recorder::DbSettings { url: db, password_file: None, application_name: "recorder".into() },
+        nats: settings(&nats, dir.path(), "varroa-recorder", "recorder-secret"),
+        health_listen: "127.0.0.1:0".parse().expect("an address"),
+        consumers: varroa_recorder::ConsumerSettings {
+            batch_size: 64,
+            ack_wait: Duration::from_secs(30),
+            stream_replicas: 1,
+        },
+        retention: Default::default(),
+    })
+    .await
+    .expect("the recorder starts");
+    let req = LedgerRequest {
+        cluster: "local".into(),
+        namespace: "team-a".into(),
+        controller: "ci".into(),
+        cell: 0,
+        id: "q-1".into(),
+        job: "app".into(),
+        trigger: "timer:1".into(),
+        budget_ms: 4000,
+    };
+    let body: bytes::Bytes = serde_json::to_vec(&req).expect("json").into();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        // No responders until the ledger subscribed; retry until its schema is migrated.
+        let got =
+            tokio::time::timeout(Duration::from_secs(5), gw.request("varroa.claims.local.team-a.ci", body.clone()))
+                .await;
+        let last = match got {
+            Ok(Ok(msg)) => {
+                let a: LedgerAnswer = serde_json::from_slice(&msg.payload).expect("a LedgerAnswer");
+                if !matches!(a, LedgerAnswer::Retry { .. }) {
+                    break a;
+                }
+                format!("{a:?}")
+            }
+            other => format!("{other:?}"),
+        };
+        assert!(tokio::time::Instant::now() < deadline, "the recorder answers the gateway's claim: {last}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(answer, LedgerAnswer::Granted { build: 1 }, "the recorder may answer claims");
+    // The snooping subscriptions still see nothing.
+    for sub in [&mut snoop, &mut snoop_queue] {
+        let got = tokio::time::timeout(Duration::from_millis(500), sub.next()).await;
+        assert!(!matches!(got, Ok(Some(_))), "the gateway never receives claims: {got:?}");
+    }
+    recorder.shutdown().await;
+}
