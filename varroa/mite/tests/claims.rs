@@ -267,17 +267,17 @@ async fn with_no_ledger_subscribed_fail_closed_answers_retry_and_fail_open_answe
 async fn a_ledger_slower_than_the_budget_is_not_used_and_the_mite_answers_within_the_budget() {
     let w = World::start().await;
     let ledger =
-        Ledger::start(&w.nats_url, |_| (Duration::from_secs(2), answer(LedgerAnswer::Granted { build: 9 }))).await;
+        Ledger::start(&w.nats_url, |_| (Duration::from_secs(3), answer(LedgerAnswer::Granted { build: 9 }))).await;
     let settings = w.settings("mite");
     let (mite, addr, token) = start_mite(&settings, gate_on(WhenLedgerDown::FailClosed)).await;
-    let budget = Duration::from_millis(600);
+    let budget = Duration::from_millis(1500);
     let (r, elapsed) = post_claim(addr, &token, &claim("slow-1", "timer:1", budget.as_millis() as u64)).await;
     assert!(elapsed < budget, "the mite answered within the plugin's budget: {elapsed:?}");
     assert_eq!((r.status, r.body["decision"].as_str()), (200, Some("retry")), "the late grant is not used: {r:?}");
     assert!(r.body["reason"].as_str().unwrap().contains("did not answer within"), "{r:?}");
     let seen = ledger.seen();
     assert_eq!(seen.len(), 1);
-    assert!(seen[0].1.budget_ms < 540, "the ledger was told what is left of the budget: {:?}", seen[0].1);
+    assert!(seen[0].1.budget_ms <= 1215, "the ledger was told what is left of the budget: {:?}", seen[0].1);
     assert_eq!(metric(gateway_health(&w), "varroa_gateway_claims_ledger_down_total{why=\"timeout\"}").await, 1);
 
     // The grant arrives later; nobody waits for it and the mite goes on serving.
