@@ -34,7 +34,7 @@ test: deps lint
 	$(CARGO) test --workspace --doc
 
 bench: deps
-	$(CARGO) bench -p devcluster -p vesper-operator -p varroa-operator
+	$(CARGO) bench -p devcluster -p vesper-operator -p varroa-operator -p varroa-recorder
 
 demo: build
 	@scripts/demo.sh
