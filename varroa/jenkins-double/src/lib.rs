@@ -33,7 +33,8 @@
 //!
 //! Build jobs come from [`Options::build_jobs`] (the binary's `--jobs-file`); [`builds`] runs
 //! them and, with a plugin URL, sends their events through [`plugin`], the Varroa plugin's side of
-//! the localhost protocol (docs/varroa/plugin-protocol.md). Their builds in the quiet period are
+//! the localhost protocol (docs/varroa/plugin-protocol.md), their console logs through [`logs`],
+//! and with [`Options::claims`] asks a build claim for every queued build through [`claims`]. Their builds in the quiet period are
 //! queue items in `/queue/api/json`, and running builds hold executors in `/computer/api/json`.
 //!
 //! # Security, as Jenkins with security on
@@ -69,8 +70,9 @@
 //! | `POST /__double/refuse?seconds=n` | closes the listener for n seconds |
 //! | `POST /__double/drift` | YAML body, deep-merged into the live configuration |
 //! | `POST /__double/jenkins` | JSON `{"version", "queueLength", "busyExecutors", "quietingDown", "plugins": [{"shortName","version"}]}` (each optional) |
-//! | `POST /__double/builds` | JSON `{"job", "count" (1), "wait" (false)}`: queues and runs that many builds; `{"job", "builds": [numbers]}`, with `"results"` when waited for |
-//! | `GET /__double/plugin` | the plugin client's counters (`sent`, `pending`, `rejected`, `dropped`, ...), or `{"enabled": false}` without a plugin URL |
+//! | `POST /__double/builds` | JSON `{"job", "count" (1), "trigger" (a prefix: `<trigger>:1`..`:<count>`) or "triggers" ([...]), "wait" (false)}`: queues and runs a build per trigger; once every claim is decided, `{"job", "builds": [numbers], "refused", "dropped", "items": [queue items]}`, with `"results"` when waited for |
+//! | `GET /__double/items?job=` | every queue item and its fate (`claiming`, `queued`, `running`, `finished`, `refused`, `dropped`) |
+//! | `GET /__double/plugin` | the plugin client's counters (`sent`, `pending`, `rejected`, `dropped`, ...), with `claims` and `logs`, or `{"enabled": false}` without a plugin URL |
 //!
 //! # The load generator
 //!
