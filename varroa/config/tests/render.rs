@@ -424,13 +424,13 @@ fn a_file_with_a_bad_object_is_refused_naming_the_file_and_the_object() {
 #[test]
 fn the_claims_failure_mode_resolves_most_specific_first_with_its_origin() {
     use varroa_api::WhenLedgerDown::{FailClosed, FailOpen};
-    let world = |class: &str, controller: &str| {
+    let world_with = |defaults: &str, class: &str, controller: &str| {
         with_profile(&format!(
             r#"
 apiVersion: varroa.dev/v1alpha1
 kind: ProvisioningDefaults
 metadata: {{name: default}}
-spec: {{versionProfile: p1}}
+spec: {{versionProfile: p1{defaults}}}
 ---
 apiVersion: varroa.dev/v1alpha1
 kind: ControllerClass
@@ -444,6 +444,7 @@ spec: {{className: c{controller}}}
 "#
         ))
     };
+    let world = |class: &str, controller: &str| world_with("", class, controller);
     let mode = |l: &Loaded| {
         let r = render_only(l).expect("renders");
         (
@@ -453,6 +454,11 @@ spec: {{className: c{controller}}}
     };
     // Nobody sets it: Varroa's default, failClosed.
     assert_eq!(mode(&world("", "")), (Some(FailClosed), Some(Layer::BuiltIn)));
+    // The installation's defaults say failOpen; a class that sets nothing inherits it.
+    assert_eq!(
+        mode(&world_with(", claims: {whenLedgerDown: failOpen}", "", "")),
+        (Some(FailOpen), Some(Layer::Defaults))
+    );
     // The class says failOpen.
     assert_eq!(
         mode(&world("claims: {whenLedgerDown: failOpen}", "")),
