@@ -118,7 +118,8 @@ pub enum StartError {
 pub struct RunningRecorder {
     /// The health/metrics address.
     pub health_addr: SocketAddr,
-    /// Readiness: PostgreSQL migrated and reachable, NATS connected, both consumers open.
+    /// Readiness: PostgreSQL migrated and reachable, NATS connected, both consumers open, the
+    /// ledger (when it runs) subscribed.
     pub readiness: Readiness,
     /// The metrics (what `/metrics` serves).
     pub metrics: Arc<Metrics>,
