@@ -932,10 +932,23 @@ impl Session {
         let started = Instant::now();
         let m = self.shared.metrics.clone();
         let id = req.id;
+        let wait = self.shared.options.heartbeat_interval * 3;
         let answer_now = |answer: pb::ClaimAnswer| {
             m.claim(decision_label(answer.decision), started.elapsed().as_secs_f64());
-            if tx.try_send(Ok(message(gateway_message::Kind::ClaimAnswer(answer)))).is_err() {
-                tracing::warn!(mite = %self.key, "cannot queue a ClaimAnswer: the mite does not read its stream");
+            // A burst of claims answered at once can fill the stream's queue: the mite waits for
+            // every answer, so one that does not fit now is sent as soon as it does.
+            match tx.try_send(Ok(message(gateway_message::Kind::ClaimAnswer(answer)))) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(msg)) => {
+                    let tx = tx.clone();
+                    let mite = self.key.clone();
+                    tokio::spawn(async move {
+                        if let Ok(Err(_)) | Err(_) = tokio::time::timeout(wait, tx.send(msg)).await {
+                            tracing::warn!(%mite, "cannot send a ClaimAnswer: the mite does not read its stream");
+                        }
+                    });
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
             }
         };
         let down = |why: &'static str, retry_after_ms: u32, error: String| {
@@ -993,7 +1006,6 @@ impl Session {
         };
         let mite = self.key.clone();
         let tx = tx.clone();
-        let wait = self.shared.options.heartbeat_interval * 3;
         tokio::spawn(async move {
             let (answer, why) = ask_ledger(&client, subject, &ledger_request, share, id).await;
             if let Some(why) = why {

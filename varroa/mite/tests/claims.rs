@@ -474,3 +474,122 @@ async fn the_binary_reads_the_claim_settings_from_its_environment() {
     let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// A TCP proxy in front of the gateway that can stop passing bytes (a gateway that hangs: the
+/// stream stays open, nothing is answered).
+struct FreezingProxy {
+    addr: SocketAddr,
+    frozen: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FreezingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FreezingProxy {
+    async fn start(to: SocketAddr) -> FreezingProxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (frozen, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = tokio::net::TcpStream::connect(to).await else { continue };
+                let (ri, wi) = inbound.into_split();
+                let (ro, wo) = outbound.into_split();
+                for (mut r, mut w) in [
+                    (
+                        Box::new(ri) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+                        Box::new(wo) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+                    ),
+                    (Box::new(ro), Box::new(wi)),
+                ] {
+                    let mut rx = rx.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            if rx.wait_for(|f| !*f).await.is_err() {
+                                return;
+                            }
+                            let n = match r.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            // Bytes read just before a freeze wait until it ends.
+                            if rx.wait_for(|f| !*f).await.is_err() || w.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        FreezingProxy { addr, frozen, task }
+    }
+
+    fn freeze(&self, on: bool) {
+        self.frozen.send_replace(on);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateway_that_does_not_answer_is_waited_for_the_mites_share_only_and_claims_beyond_64_are_answered_at_once() {
+    let w = World::start().await;
+    let _ledger = Ledger::start(&w.nats_url, |_| (Duration::ZERO, answer(LedgerAnswer::Granted { build: 11 }))).await;
+    let proxy = FreezingProxy::start(w.grpc_addr).await;
+    let mut settings = w.settings("mite");
+    settings.gateway_url = format!("https://{}", proxy.addr);
+    let (mite, addr, token) = start_mite(&settings, gate_on(WhenLedgerDown::FailClosed)).await;
+    let health = mite.health_addr.unwrap();
+
+    proxy.freeze(true);
+    // The mite waits for its share (900 of 1000 ms) and answers before the plugin's budget ends.
+    let (r, elapsed) = post_claim(addr, &token, &claim("hang-1", "timer:1", 1000)).await;
+    assert!(elapsed < Duration::from_millis(1000), "{elapsed:?}");
+    assert!(elapsed >= Duration::from_millis(850), "it waited for its share: {elapsed:?}");
+    assert_eq!((r.body["decision"].as_str(), r.body["after_ms"].as_u64()), (Some("retry"), Some(1000)), "{r:?}");
+    assert!(r.body["reason"].as_str().unwrap().contains("no answer from the gateway within"), "{r:?}");
+
+    // 64 claims wait; the 65th is answered at once as if the ledger were down.
+    let waiting: Vec<_> = (0..64)
+        .map(|i| {
+            let token = token.clone();
+            tokio::spawn(async move {
+                post_claim(addr, &token, &claim(&format!("w-{i}"), &format!("timer:{i}"), 20_000)).await
+            })
+        })
+        .collect();
+    eventually("64 claims wait", || async {
+        (metric(health, "varroa_mite_plugin_claims_in_flight").await == 64).then_some(())
+    })
+    .await;
+    let (r, elapsed) = post_claim(addr, &token, &claim("w-65", "timer:65", 30_000)).await;
+    assert_eq!((r.body["decision"].as_str(), r.body["after_ms"].as_u64()), (Some("retry"), Some(250)), "{r:?}");
+    assert!(r.body["reason"].as_str().unwrap().contains("64 claims"), "{r:?}");
+    assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    assert_eq!(metric(health, "varroa_mite_plugin_claims_undecided_total{why=\"busy\"}").await, 1);
+
+    // The gateway answers again: every waiting claim gets a decision (granted, or retry when the
+    // gateway ended the silent stream meanwhile), none is left hanging.
+    proxy.freeze(false);
+    for h in waiting {
+        let (r, _) = h.await.unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        let d = r.body["decision"].as_str().unwrap();
+        // Retry: the gateway's own bound (32 per stream), or the stream it ended meanwhile; never
+        // a claim left unanswered until the mite's share ran out.
+        let reason = r.body["reason"].as_str().unwrap_or_default();
+        assert!(
+            d == "granted" || (d == "retry" && !reason.contains("64 claims") && !reason.contains("no answer from")),
+            "{r:?}"
+        );
+    }
+    eventually("no claim waits", || async {
+        (metric(health, "varroa_mite_plugin_claims_in_flight").await == 0).then_some(())
+    })
+    .await;
+    mite.shutdown().await;
+}
