@@ -136,7 +136,9 @@ struct Args {
     /// Ask a build claim (POST {plugin-url}/v1/claims) for every queued build, as the Varroa
     /// plugin does: granted runs with the ledger's number, refused drops the queue item, ungated
     /// runs with Jenkins' own. Needs --plugin-url.
-    #[arg(long, env = "JENKINS_DOUBLE_CLAIMS")]
+    /// The environment variable is the one the operator sets in the Jenkins container (and the
+    /// mite's): `on` turns claims on, `off` (or unset) leaves them off.
+    #[arg(long, env = "VARROA_CLAIMS", value_parser = on_off, num_args = 0..=1, default_missing_value = "on", default_value = "off")]
     claims: bool,
     /// A claim's budget_ms: how long one claim request waits for its answer (100 to 30000).
     #[arg(long = "claim-budget-ms", env = "JENKINS_DOUBLE_CLAIM_BUDGET_MS", default_value_t = 5000)]
@@ -236,7 +238,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("no VARROA_PLUGIN_URL: builds run and send no events (Jenkins without the Varroa plugin)");
     }
     if args.claims && plugin.is_none() {
-        anyhow::bail!("--claims (JENKINS_DOUBLE_CLAIMS) needs --plugin-url (VARROA_PLUGIN_URL): claims go to the mite");
+        anyhow::bail!("--claims (VARROA_CLAIMS=on) needs --plugin-url (VARROA_PLUGIN_URL): claims go to the mite");
     }
     let claims = args.claims.then(|| varroa_jenkins_double::ClaimsOptions {
         budget: Duration::from_millis(args.claim_budget_ms),
@@ -328,9 +330,28 @@ async fn sigterm() {
     std::future::pending::<()>().await
 }
 
+/// `on`/`off` (and `true`/`false`), as VARROA_CLAIMS is spelled.
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" => Ok(true),
+        "off" | "false" | "" => Ok(false),
+        other => Err(format!("{other:?} is not on or off")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claims_are_on_or_off_as_the_operator_spells_them() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.jenkins.claims);
+        assert_eq!(parse(&["varroa-jenkins-double"]).ok(), Some(false));
+        assert_eq!(parse(&["varroa-jenkins-double", "--claims"]).ok(), Some(true));
+        assert_eq!(parse(&["varroa-jenkins-double", "--claims", "off"]).ok(), Some(false));
+        assert_eq!(parse(&["varroa-jenkins-double", "--claims=on"]).ok(), Some(true));
+        assert!(parse(&["varroa-jenkins-double", "--claims", "maybe"]).is_err());
+    }
 
     #[test]
     fn the_listen_address_is_the_flag_then_the_pod_ip_then_loopback() {

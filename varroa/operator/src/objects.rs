@@ -386,6 +386,9 @@ pub fn stateful_set(c: &Controller, r: &Rendered, cfg: &Config, inputs: &PodInpu
             // plugin (docs/varroa/plugin-protocol.md).
             env("VARROA_PLUGIN_URL", &format!("http://{PLUGIN_LISTEN}")),
             env("VARROA_PLUGIN_TOKEN_FILE", PLUGIN_TOKEN_FILE),
+            // Whether the plugin asks a build claim for every queued build (`on`) or numbers
+            // builds itself and never waits for the mite (`off`); the mite gets the same value.
+            env(claims_key, claims),
         ]),
         resources: s.resources.clone(),
         readiness_probe: Some(Probe {
@@ -702,7 +705,7 @@ spec: {className: open, claims: {whenLedgerDown: failClosed}}
         let mite = pod.containers.iter().find(|c| c.name == CONTAINER_MITE).expect("the mite");
         let jenkins = pod.containers.iter().find(|c| c.name == CONTAINER_JENKINS).expect("jenkins");
         let value = |c: &Container, k: &str| c.env.iter().flatten().find(|e| e.name == k).and_then(|e| e.value.clone());
-        assert_eq!(value(jenkins, ENV_CLAIMS), None, "the mite decides, not the plugin");
+        assert_eq!(value(jenkins, ENV_CLAIMS), value(mite, ENV_CLAIMS), "the plugin and the mite agree on the gate");
         (value(mite, ENV_CLAIMS), value(mite, ENV_WHEN_LEDGER_DOWN), restart_digest(c, &r, cfg, &inputs))
     }
 
