@@ -91,6 +91,16 @@ fn profile(git_version: &str) -> String {
 
 /// The gateway, in-process, with a server certificate for the address the mites dial.
 async fn gateway(ca: &varroa_pki::CertificateAuthority, nats: &NatsServer, dir: &Path) -> RunningGateway {
+    gateway_with(ca, nats, dir, None).await
+}
+
+/// [`gateway`], writing console logs to `log_store`.
+async fn gateway_with(
+    ca: &varroa_pki::CertificateAuthority,
+    nats: &NatsServer,
+    dir: &Path,
+    log_store: Option<varroa_blobs::StoreSettings>,
+) -> RunningGateway {
     let server = ca
         .issue_server(&["127.0.0.1".into()], Duration::from_secs(86_400), SystemTime::now())
         .expect("the gateway's server certificate");
@@ -98,30 +108,68 @@ async fn gateway(ca: &varroa_pki::CertificateAuthority, nats: &NatsServer, dir: 
     std::fs::write(&tls.cert, &server.cert_pem).expect("write tls.crt");
     std::fs::write(&tls.key, &server.key_pem).expect("write tls.key");
     std::fs::write(&tls.ca, ca.cert_pem()).expect("write ca.crt");
-    let gw = varroa_gateway::start(GatewayConfig {
-        listen: "127.0.0.1:0".parse().expect("an address"),
-        health_listen: "127.0.0.1:0".parse().expect("an address"),
-        tls,
-        nats: ConnectSettings {
-            url: nats.url(),
-            credentials_file: None,
-            name: "varroa-gateway/e2e".into(),
-            max_reconnect_delay: Duration::from_millis(500),
+    let gw = varroa_gateway::start_with(
+        GatewayConfig {
+            listen: "127.0.0.1:0".parse().expect("an address"),
+            health_listen: "127.0.0.1:0".parse().expect("an address"),
+            tls,
+            nats: ConnectSettings {
+                url: nats.url(),
+                credentials_file: None,
+                name: "varroa-gateway/e2e".into(),
+                max_reconnect_delay: Duration::from_millis(500),
+            },
+            bucket_replicas: 1,
+            options: GatewayOptions {
+                replica: "varroa-gateway-e2e".into(),
+                heartbeat_interval: Duration::from_secs(1),
+                hello_timeout: Duration::from_secs(10),
+                cluster: "e2e".into(),
+                max_streams: 100,
+            },
         },
-        bucket_replicas: 1,
-        options: GatewayOptions {
-            replica: "varroa-gateway-e2e".into(),
-            heartbeat_interval: Duration::from_secs(1),
-            hello_timeout: Duration::from_secs(10),
-            cluster: "e2e".into(),
-            max_streams: 100,
-        },
-    })
+        log_store,
+    )
     .await
     .expect("the gateway starts");
     let ready = gw.readiness.clone();
     support::eventually("the gateway is ready", || ready.is_ready()).await;
     gw
+}
+
+/// A PostgreSQL of its own, a database in it, and the recorder (with its ledger) draining the
+/// streams into it, ready: its streams exist, so the activity of mites connecting later is
+/// captured (core NATS keeps nothing for a stream that is not there yet).
+async fn record_store(
+    nats: &NatsServer,
+) -> (varroa_recorder::testing::PgServer, String, varroa_recorder::RunningRecorder) {
+    let pg = varroa_recorder::testing::PgServer::start().expect("PostgreSQL starts (make deps installs it)");
+    let db = pg.create_database("records").await.expect("a database");
+    let recorder = varroa_recorder::start(varroa_recorder::RecorderConfig {
+        database: varroa_recorder::DbSettings {
+            url: db.clone(),
+            password_file: None,
+            application_name: "varroa-recorder e2e".into(),
+        },
+        nats: ConnectSettings {
+            url: nats.url(),
+            credentials_file: None,
+            name: "varroa-recorder/e2e".into(),
+            max_reconnect_delay: Duration::from_millis(500),
+        },
+        health_listen: "127.0.0.1:0".parse().expect("an address"),
+        consumers: varroa_recorder::ConsumerSettings {
+            batch_size: 256,
+            ack_wait: Duration::from_secs(30),
+            stream_replicas: 1,
+        },
+        retention: Default::default(),
+    })
+    .await
+    .expect("the recorder starts");
+    let ready = recorder.readiness.clone();
+    support::eventually("the recorder is ready", || ready.is_ready()).await;
+    (pg, db, recorder)
 }
 
 async fn pod(env: &Env, name: &str) -> Pod {
@@ -193,6 +241,12 @@ impl World {
     /// Starts the operator on the control link, its mites dialling `gateway`, a mite silent for
     /// `heartbeat_timeout` counting as lost.
     async fn start_operator(&mut self, gateway: &str, heartbeat_timeout: Duration) {
+        self.start_operator_recording(gateway, heartbeat_timeout, false).await;
+    }
+
+    /// [`World::start_operator`]; with `build_records`, as an installation with the build record
+    /// store runs it (`--build-records`: claims on), publishing its lifecycle activity.
+    async fn start_operator_recording(&mut self, gateway: &str, heartbeat_timeout: Duration, build_records: bool) {
         let link = KvLink::start(LinkSettings {
             nats: ConnectSettings {
                 url: self.nats.url(),
@@ -209,7 +263,14 @@ impl World {
         cfg.gateway_endpoint = gateway.to_string();
         cfg.default_update_site = self.site.url();
         cfg.mite_heartbeat_timeout = heartbeat_timeout;
-        self.env.start_operator_with(cfg, link);
+        cfg.build_records = build_records;
+        let activity = if build_records {
+            let client = async_nats::connect(self.nats.url()).await.expect("connect to NATS");
+            varroa_operator::activity::Publisher::nats(client, "e2e").expect("a publisher")
+        } else {
+            varroa_operator::activity::Publisher::off()
+        };
+        self.env.start_operator_publishing(cfg, link, activity);
     }
 
     /// The mites' and the desired configurations' buckets, as a reader sees them.
@@ -490,42 +551,16 @@ async fn a_killed_gateway_shows_mite_unreachable_and_its_return_applies_nothing_
 /// PostgreSQL; `varroa builds` and `varroa build` read them back as a user does, and the
 /// gateway's activity (the mites connecting) is drained into the activity table.
 ///
-/// Without build claims (not built yet), each cell numbers its builds itself, so the two cells
-/// run different jobs here; with claims they will share one sequence per job.
+/// Without build claims (an installation without `--build-records`), each cell numbers its builds
+/// itself, so the two cells run different jobs here; with claims they share one sequence per job
+/// (the next test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builds_of_two_cells_reach_the_record_store_and_varroa_builds_lists_them() {
     let bins = bins();
     let mut w = world().await;
     let gw = gateway(&w.ca, &w.nats, w.dir.path()).await;
     w.start_operator(&gw.grpc_addr.to_string(), Duration::from_secs(15)).await;
-    let pg = varroa_recorder::testing::PgServer::start().expect("PostgreSQL starts (make deps installs it)");
-    let db = pg.create_database("records").await.expect("a database");
-    let recorder = varroa_recorder::start(varroa_recorder::RecorderConfig {
-        database: varroa_recorder::DbSettings {
-            url: db.clone(),
-            password_file: None,
-            application_name: "varroa-recorder e2e".into(),
-        },
-        nats: ConnectSettings {
-            url: w.nats.url(),
-            credentials_file: None,
-            name: "varroa-recorder/e2e".into(),
-            max_reconnect_delay: Duration::from_millis(500),
-        },
-        health_listen: "127.0.0.1:0".parse().expect("an address"),
-        consumers: varroa_recorder::ConsumerSettings {
-            batch_size: 256,
-            ack_wait: Duration::from_secs(30),
-            stream_replicas: 1,
-        },
-        retention: Default::default(),
-    })
-    .await
-    .expect("the recorder starts");
-    // Ready: its streams exist, so the activity of the mites connecting below is captured
-    // (core NATS keeps nothing for a stream that is not there yet).
-    let ready = recorder.readiness.clone();
-    support::eventually("the recorder is ready", || ready.is_ready()).await;
+    let (_pg, db, recorder) = record_store(&w.nats).await;
     let env = &w.env;
     env.create("cells", json!({"cells": 2})).await;
     env.wait_phase("cells", ControllerPhase::Connected).await;
@@ -612,6 +647,175 @@ async fn builds_of_two_cells_reach_the_record_store_and_varroa_builds_lists_them
         }
         let connected = out.matches("MiteConnected").count();
         if connected >= 2 { Ok(()) } else { Err(out) }
+    })
+    .await;
+
+    recorder.shutdown().await;
+    w.env.stop_operator().await;
+    gw.shutdown().await;
+}
+
+/// Issue 13, "Done when": a two-cell controller of an installation with the build record store
+/// (`--build-records`: claims on) runs 100 builds through claims. Both cells' Jenkins (the double
+/// playing the plugin) queue the same 100 timer triggers at the same moment; every claim goes
+/// plugin -> mite -> gateway -> the recorder's ledger over NATS -> back, so each trigger runs on
+/// one cell and the job's numbers are one gap-free sequence across both. `varroa builds` lists
+/// exactly 100, numbered 1 to 100; a build's console log, sent by the plugin through the mite and
+/// the gateway to the log store, is read complete with `varroa logs`, and a running build's log
+/// is followed live with `varroa logs -f` until it ends; activity (the operator's lifecycle, the
+/// mites connecting) is on the controller's subject and in the activity table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_cell_controller_runs_100_builds_through_claims_with_logs_and_activity() {
+    let bins = bins();
+    let mut w = world().await;
+    let logs_dir = w.dir.path().join("logs");
+    std::fs::create_dir_all(&logs_dir).expect("the log store's directory");
+    let log_store = format!("file://{}", logs_dir.display());
+    let gw = gateway_with(&w.ca, &w.nats, w.dir.path(), Some(varroa_blobs::StoreSettings::new(&log_store))).await;
+    let (_pg, db, recorder) = record_store(&w.nats).await;
+    // Activity on the controller's subject, as the BFF's live view subscribes it.
+    let watcher = async_nats::connect(w.nats.url()).await.expect("connect to NATS");
+    let mut activity = watcher.subscribe(format!("activity.e2e.{TEAM}.claims")).await.expect("subscribe");
+    watcher.flush().await.expect("the subscription is in place");
+    w.start_operator_recording(&gw.grpc_addr.to_string(), Duration::from_secs(15), true).await;
+    let env = &w.env;
+    env.create("claims", json!({"cells": 2})).await;
+    env.wait_phase("claims", ControllerPhase::Connected).await;
+
+    // Both cells define the jobs (as a job-dsl seed job would, the same on every cell).
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("an HTTP client");
+    let jobs = "jobs:\n  - name: team/app\n    stages: [{name: Build, duration_ms: 0, console: [compiling]}, {name: Test, duration_ms: 0, console: [testing]}]\n    tests: {total: 12, failed: 0, skipped: 2}\n  - name: team/slow\n    stages: [{name: Build, duration_ms: 1500, console: [slow build starts]}, {name: Test, duration_ms: 1500, console: [slow tests pass]}]\n";
+    let mut bases = Vec::new();
+    for cell in 0..2 {
+        let p = pod(env, &format!("claims-{cell}")).await;
+        let ip = p.status.and_then(|s| s.pod_ip).expect("the pod has its IP");
+        let base = format!("http://{ip}:8080/__double");
+        let r = http.put(format!("{base}/jobs")).body(jobs).send().await.expect("define the jobs");
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap_or_default());
+        bases.push(base);
+    }
+    // The same 100 timer ticks queued on both cells at once; each cell waits for its builds.
+    let ask = json!({"job": "team/app", "count": 100, "trigger": "timer:e2e", "wait": true});
+    let (a, b) = tokio::join!(
+        http.post(format!("{}/builds", bases[0])).json(&ask).send(),
+        http.post(format!("{}/builds", bases[1])).json(&ask).send()
+    );
+    let mut ran = 0;
+    let mut refused = 0;
+    for r in [a, b] {
+        let r = r.expect("run the builds");
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap_or_default());
+        let v: Value = r.json().await.expect("the double's answer");
+        ran += v["builds"].as_array().map_or(0, |b| b.len());
+        refused += v["refused"].as_u64().unwrap_or(0);
+        assert_eq!(v["dropped"], 0, "no claim was dropped: {v}");
+        assert!(v["results"].as_array().is_some_and(|r| r.iter().all(|x| x == "SUCCESS")), "{v}");
+    }
+    assert_eq!((ran, refused), (100, 100), "each trigger ran on exactly one cell, the other was refused");
+
+    let varroa = |args: &[&str]| {
+        let out = std::process::Command::new(&bins.varroa)
+            .args(args)
+            .args(["-n", TEAM])
+            .args(if args[0] == "logs" { ["--log-store", &log_store] } else { ["--database-url", &db] })
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run varroa");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // `varroa builds` lists exactly 100, finished, numbered 1 to 100 across both cells.
+    let listed = until("varroa builds lists 100 finished builds", || async {
+        let (ok, out, err) = varroa(&["builds", "claims", "--job", "team/app", "--limit", "500", "-o", "json"]);
+        if !ok {
+            return Err(err);
+        }
+        let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+        let items = v["items"].as_array().cloned().unwrap_or_default();
+        let done = items.iter().filter(|b| b["result"] == "SUCCESS").count();
+        if items.len() >= 100 && done == 100 {
+            Ok(items)
+        } else {
+            Err(format!("{} listed, {done} finished", items.len()))
+        }
+    })
+    .await;
+    let mut numbers: Vec<u64> = listed.iter().filter_map(|b| b["number"].as_u64()).collect();
+    numbers.sort();
+    assert_eq!(numbers, (1..=100).collect::<Vec<u64>>(), "one gap-free sequence across both cells, each once");
+
+    // A build's log, complete, as the plugin wrote it: its console lines in order, the end.
+    let (ok, log, err) = varroa(&["logs", "claims", "team/app", "42"]);
+    assert!(ok, "varroa logs: {err}");
+    let at = |what: &str| log.find(what).unwrap_or_else(|| panic!("the log lacks {what:?}:\n{log}"));
+    assert!(at("Started by") < at("compiling"), "{log}");
+    assert!(at("compiling") < at("testing") && at("testing") < at("Finished: SUCCESS"), "{log}");
+
+    // A running build's log followed live: started while the build runs, it prints the lines
+    // as they come and ends with the build.
+    let r = http
+        .post(format!("{}/builds", bases[0]))
+        .json(&json!({"job": "team/slow", "triggers": ["timer:slow"]}))
+        .send()
+        .await
+        .expect("start the slow build");
+    let v: Value = r.json().await.expect("the double's answer");
+    let n = v["builds"][0].as_u64().unwrap_or_else(|| panic!("the slow build was granted a number: {v}"));
+    let number = n.to_string();
+    until("the slow build's log has begun", || async {
+        let (ok, out, err) = varroa(&["logs", "claims", "team/slow", &number]);
+        if ok && out.contains("slow build starts") { Ok(()) } else { Err(format!("{out}{err}")) }
+    })
+    .await;
+    let follow = std::process::Command::new(&bins.varroa)
+        .args(["logs", "claims", "team/slow", &number, "-f"])
+        .args(["-n", TEAM, "--log-store", &log_store, "--nats-url", &w.nats.url()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("varroa logs -f starts");
+    let follow = tokio::task::spawn_blocking(move || follow.wait_with_output());
+    let items: Value = http
+        .get(format!("{}/items?job=team/slow", bases[0]))
+        .send()
+        .await
+        .expect("the items")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(items["items"][0]["state"], "running", "followed while it runs: {items}");
+    let out = tokio::time::timeout(WAIT, follow)
+        .await
+        .expect("varroa logs -f ends when the build's log is complete")
+        .expect("the waiting task")
+        .expect("its output");
+    let followed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "varroa logs -f: {}", String::from_utf8_lossy(&out.stderr));
+    let at = |what: &str| followed.find(what).unwrap_or_else(|| panic!("-f lacks {what:?}:\n{followed}"));
+    assert!(at("slow build starts") < at("slow tests pass") && at("slow tests pass") < at("Finished: SUCCESS"));
+
+    // Activity: on the controller's subject (the operator's lifecycle, the mites connecting) and
+    // drained into the activity table.
+    let mut kinds = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !(kinds.iter().any(|k| k == "MiteConnected") && kinds.iter().any(|k| k == "PhaseChanged")) {
+        use futures::StreamExt;
+        let msg = tokio::time::timeout_at(deadline, activity.next())
+            .await
+            .unwrap_or_else(|_| panic!("no MiteConnected and PhaseChanged on the subject: {kinds:?}"))
+            .expect("the subscription");
+        let v: Value = serde_json::from_slice(&msg.payload).expect("an activity event");
+        kinds.push(v["kind"].as_str().unwrap_or_default().to_owned());
+    }
+    until("the activity is in the table", || async {
+        let (ok, out, err) = varroa(&["activity", "claims", "--since", "1h", "-o", "json"]);
+        if !ok {
+            return Err(err);
+        }
+        if out.matches("MiteConnected").count() >= 2 && out.contains("PhaseChanged") { Ok(()) } else { Err(out) }
     })
     .await;
 
