@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `make demo`: start devcluster, install Vesper (CRD, RBAC), run its operator with a preview
 # domain, create two previews, show them Ready with their URLs; install Varroa (CRDs, RBAC, a
-# gateway CA), start its control link (NATS with JetStream, the gateway) and its operator, bring
-# up two Jenkins controllers and show them Connected through their mites; keep running until
-# Ctrl-C. Everything it starts is stopped when it exits.
+# gateway CA), start its control link (NATS with JetStream, the gateway), its build record store
+# (PostgreSQL and varroa-recorder; console logs in a directory) and its operator, bring up two
+# Jenkins controllers, show them Connected through their mites, run builds on them and show their
+# records, a log and the activity; keep running until Ctrl-C. Everything it starts is stopped
+# when it exits.
 #
 # No Jenkins can run here: devcluster's process runtime runs each Jenkins pod's containers as
 # local processes, the `jenkins` container as the Jenkins double (varroa-jenkins-double, the
@@ -17,7 +19,7 @@ DEMO_DIR=$(cd "$DEMO_DIR" && pwd)
 # The workspace's binaries, wherever cargo puts them (CARGO_TARGET_DIR, build.target-dir).
 TARGET_DIR=$("${CARGO:-cargo}" metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 BIN="$TARGET_DIR/debug"
-for b in devcluster vesper-operator vesperctl varroa-operator varroa varroa-gateway varroa-mite varroa-jenkins-double; do
+for b in devcluster vesper-operator vesperctl varroa-operator varroa varroa-gateway varroa-mite varroa-jenkins-double varroa-recorder; do
   if [ ! -x "$BIN/$b" ]; then
     echo "$BIN/$b is missing: run \`make demo\` (it builds them) or \`cargo build --workspace --bins\`" >&2
     exit 1
@@ -38,6 +40,16 @@ fi
 NATS_SERVER=${VARROA_NATS_SERVER:-$PWD/.tools/bin/nats-server}
 if [ ! -x "$NATS_SERVER" ]; then
   echo "$NATS_SERVER is missing: run \`make deps\` (it installs nats-server into .tools/bin) or set VARROA_NATS_SERVER" >&2
+  exit 1
+fi
+# PostgreSQL for the build record store: the newest /usr/lib/postgresql/*/bin (`make deps`
+# installs it) or VARROA_PG_BIN.
+PG_BIN=${VARROA_PG_BIN:-}
+if [ -z "$PG_BIN" ]; then
+  for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && PG_BIN=$d; done
+fi
+if [ ! -x "$PG_BIN/initdb" ]; then
+  echo "PostgreSQL's initdb is missing: run \`make deps\` (it installs postgresql) or set VARROA_PG_BIN" >&2
   exit 1
 fi
 DOMAIN=${VESPER_PREVIEW_DOMAIN:-preview.example.com}
@@ -146,11 +158,38 @@ chmod 600 "$GW_DIR/tls.key"
 GW_PORT=$(free_port)
 "$BIN"/varroa-gateway --listen "127.0.0.1:$GW_PORT" --health-listen 127.0.0.1:0 \
   --tls-cert "$GW_DIR/tls.crt" --tls-key "$GW_DIR/tls.key" --tls-ca "$GW_DIR/ca.crt" \
-  --nats-url "$NATS_URL" --cluster demo --replica demo-0 >"$DEMO_DIR/gateway.log" 2>&1 &
+  --nats-url "$NATS_URL" --cluster demo --replica demo-0 --log-store "file://$DEMO_DIR/logs" \
+  >"$DEMO_DIR/gateway.log" 2>&1 &
 pids+=($!)
 echo "$!" >>"$DEMO_DIR/pids"
 wait_port "$GW_PORT" varroa-gateway "$DEMO_DIR/gateway.log"
-echo "   nats-server at $NATS_URL, varroa-gateway at 127.0.0.1:$GW_PORT"
+echo "   nats-server at $NATS_URL, varroa-gateway at 127.0.0.1:$GW_PORT (console logs in $DEMO_DIR/logs)"
+
+echo
+echo "== Starting the build record store: PostgreSQL, and varroa-recorder draining the streams into it"
+PG_DIR="$DEMO_DIR/postgres"
+rm -rf "$PG_DIR"
+mkdir -p "$PG_DIR"
+PG_PORT=$(free_port)
+# initdb and postgres refuse to run as root: then they run as the postgres user.
+as_pg=()
+if [ "$(id -u)" = 0 ]; then
+  chown postgres: "$PG_DIR"
+  as_pg=(runuser -u postgres --)
+fi
+(cd "$PG_DIR" && "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U varroa -E UTF8 --locale=C \
+  >"$DEMO_DIR/initdb.log" 2>&1) || { echo "initdb failed; see $DEMO_DIR/initdb.log" >&2; cat "$DEMO_DIR/initdb.log" >&2; exit 1; }
+(cd "$PG_DIR" && exec "${as_pg[@]}" "$PG_BIN/postgres" -D "$PG_DIR/data" -p "$PG_PORT" -k "$PG_DIR" \
+  -c listen_addresses=127.0.0.1) >"$DEMO_DIR/postgres.log" 2>&1 &
+pids+=($!)
+echo "$!" >>"$DEMO_DIR/pids"
+wait_port "$PG_PORT" postgres "$DEMO_DIR/postgres.log"
+export VARROA_DATABASE_URL="postgres://varroa@127.0.0.1:$PG_PORT/postgres"
+"$BIN"/varroa-recorder run --database-url "$VARROA_DATABASE_URL" --nats-url "$NATS_URL" \
+  --health-listen 127.0.0.1:0 >"$DEMO_DIR/recorder.log" 2>&1 &
+pids+=($!)
+echo "$!" >>"$DEMO_DIR/pids"
+echo "   PostgreSQL at $VARROA_DATABASE_URL; varroa-recorder migrates it and drains varroa_builds and varroa_activity"
 
 echo
 echo "== Starting a stand-in Jenkins update site (stand-in plugin files and their digests)"
@@ -167,11 +206,11 @@ UPDATE_SITE=$(cat "$DEMO_DIR/update-site.url")
 echo "   $UPDATE_SITE"
 
 echo
-echo "== Starting varroa-operator (as its ServiceAccount)"
+echo "== Starting varroa-operator (as its ServiceAccount; --build-records: build claims are on)"
 VARROA_TOKEN=$("$BIN"/devcluster token varroa-system/varroa-operator --kubeconfig "$KUBECONFIG" --duration 86400)
 VARROA_KUBECONFIG="$DEMO_DIR/varroa-operator.kubeconfig"
 sed "s|token: .*|token: $VARROA_TOKEN|" "$KUBECONFIG" >"$VARROA_KUBECONFIG"
-KUBECONFIG="$VARROA_KUBECONFIG" "$BIN"/varroa-operator --health-addr 127.0.0.1:0 \
+KUBECONFIG="$VARROA_KUBECONFIG" "$BIN"/varroa-operator --health-addr 127.0.0.1:0 --cluster demo --build-records \
   --nats-url "$NATS_URL" --gateway-endpoint "127.0.0.1:$GW_PORT" --default-update-site "$UPDATE_SITE" \
   >"$DEMO_DIR/varroa-operator.log" 2>&1 &
 pids+=($!)
@@ -202,6 +241,37 @@ echo "== Where team-a's settings came from (varroa-operator render, an excerpt)"
   awk '/^  Plugins:/ { done = 1 } !done && !/^  Bundle|^    ComposedBundle/'
 
 echo
+echo "== Builds on team-a: its Jenkins defines a job (as a seed job would) and runs 5 builds of it."
+echo "   Each queued build asks a build claim (the recorder's ledger numbers it); its events go"
+echo "   through the mite and the gateway to JetStream and the recorder into PostgreSQL, its console"
+echo "   log to the log store."
+export VARROA_LOG_STORE="file://$DEMO_DIR/logs"
+JENKINS_IP=$(kubectl get pod team-a-0 -n team-a -o jsonpath='{.status.podIP}')
+curl -fsS -X PUT "http://$JENKINS_IP:8080/__double/jobs" --data-binary @- >/dev/null <<'JOBS'
+jobs:
+  - name: team-a/app
+    stages:
+      - {name: Build, duration_ms: 300, console: ["Compiling 212 files", "BUILD SUCCESSFUL"]}
+      - {name: Test, duration_ms: 400, console: ["Tests run: 48, Failures: 0, Skipped: 2"]}
+    tests: {total: 48, failed: 0, skipped: 2}
+JOBS
+curl -fsS -X POST "http://$JENKINS_IP:8080/__double/builds" \
+  -d '{"job": "team-a/app", "count": 5, "trigger": "timer:demo", "wait": true}' >/dev/null
+for _ in $(seq 1 100); do
+  [ "$("$VARROA" builds team-a -n team-a -o json | python3 -c 'import json,sys; print(sum(1 for b in json.load(sys.stdin)["items"] if b.get("result")))')" = 5 ] && break
+  sleep 0.1
+done
+"$VARROA" builds team-a -n team-a
+echo
+"$VARROA" build team-a team-a/app 5 -n team-a
+echo
+echo "== The console log of team-a/app #5, from the log store (varroa logs)"
+"$VARROA" logs team-a team-a/app 5 -n team-a
+echo
+echo "== Activity of team-a's controllers (varroa activity)"
+"$VARROA" activity -n team-a --since 1h | tail -n 8
+
+echo
 echo "The cluster and the operators keep running until Ctrl-C. In another terminal:"
 echo "  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH"
 echo "  vesperctl list                                  # previews, their URLs and expiry"
@@ -218,6 +288,12 @@ echo "  varroa stop sandbox -n team-a --wait            # scaled to zero (volume
 echo "  varroa start sandbox -n team-a --wait           # and back"
 echo "  varroa-operator render -f docs/varroa/examples  # the resolved configuration, without a cluster"
 echo "  kubectl logs -n team-a sandbox-0 -c mite        # the mite: its stream, what it applied"
+echo "  export VARROA_DATABASE_URL=$VARROA_DATABASE_URL VARROA_LOG_STORE=$VARROA_LOG_STORE"
+echo "  varroa builds team-a -n team-a                  # build records, from PostgreSQL"
+echo "  varroa logs team-a team-a/app 5 -n team-a       # a build's console log, from the log store"
+echo "  curl -X POST http://$JENKINS_IP:8080/__double/builds -d '{\"job\": \"team-a/app\", \"count\": 3}'"
+echo "                                                  # more builds (the Jenkins double's admin endpoint)"
+echo "  varroa activity -n team-a --since 1h            # what happened to team-a's controllers"
 if [ "${DEMO_EXIT_AFTER_SETUP:-}" = "1" ]; then
   exit 0
 fi

@@ -31,6 +31,7 @@ fn demo_brings_previews_to_ready_and_controllers_to_connected_and_cleans_up() {
             "varroa-gateway",
             "varroa-mite",
             "varroa-jenkins-double",
+            "varroa-recorder",
         ],
     );
     let dir = tempfile::tempdir().expect("tempdir");
@@ -87,13 +88,25 @@ fn demo_brings_previews_to_ready_and_controllers_to_connected_and_cleans_up() {
         assert_eq!(phase, Some("Connected"), "team-a/{name}: {row}");
     }
     assert!(varroa.contains("storage.size"), "the render excerpt is missing:\n{varroa}");
+    // The builds it runs on team-a went through claims, the mite, the gateway and the recorder:
+    // `varroa builds` lists the five, numbered 1 to 5, finished; the log is read from the store.
+    let builds = varroa.split("== Builds on team-a").nth(1).unwrap_or_else(|| panic!("no builds section:\n{varroa}"));
+    let mut numbers: Vec<u32> = builds
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("team-a/app") && l.contains("SUCCESS"))
+        .filter_map(|l| l.split_whitespace().nth(1).and_then(|n| n.trim_start_matches('#').parse().ok()))
+        .collect();
+    numbers.sort();
+    assert_eq!(numbers, [1, 2, 3, 4, 5], "varroa builds lists the five builds:\n{builds}");
+    assert!(builds.contains("Tests run: 48") && builds.contains("Finished: SUCCESS"), "the log of #5:\n{builds}");
     // Everything it started (it records each pid) is gone.
     let pids = std::fs::read_to_string(demo_dir.join("pids")).expect("the demo records the pids it starts");
     let pids: Vec<&str> = pids.split_whitespace().collect();
     assert_eq!(
         pids.len(),
-        6,
-        "devcluster, vesper-operator, nats-server, varroa-gateway, the update site and varroa-operator: {pids:?}"
+        8,
+        "devcluster, vesper-operator, nats-server, varroa-gateway, postgres, varroa-recorder, the update site and varroa-operator: {pids:?}"
     );
     for pid in pids {
         assert!(!running(pid), "process {pid} started by the demo still runs");
