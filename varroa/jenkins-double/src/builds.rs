@@ -31,7 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
-use varroa_link::builds::{BuildEvent, BuildResult, EventBody, MAX_ID, MAX_JOB, MAX_TEXT, Stage, VERSION};
+use varroa_link::builds::{
+    BuildEvent, BuildResult, EventBody, MAX_ID, MAX_JOB, MAX_SCHEDULES, MAX_TEXT, Schedule, Stage, VERSION,
+};
 
 /// One pipeline stage of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -99,6 +101,10 @@ pub struct JobConfig {
     /// The agent it runs on; default `built-in`.
     #[serde(default)]
     pub node: Option<String>,
+    /// Its triggers' schedules (`{trigger: cron, spec: "H/15 * * * *", next}`), served at
+    /// `GET /varroa/inventory` as the plugin's trigger inventory; none by default.
+    #[serde(default)]
+    pub schedules: Vec<Schedule>,
 }
 
 impl JobConfig {
@@ -121,6 +127,7 @@ impl JobConfig {
             trigger: None,
             queue_ms: 0,
             node: None,
+            schedules: Vec::new(),
         }
     }
 
@@ -173,6 +180,23 @@ impl JobConfig {
                 "trigger".into(),
                 format!("must be 1 to {MAX_TEXT} characters without control characters"),
             ));
+        }
+        if self.schedules.len() > MAX_SCHEDULES {
+            return Err(bad("schedules".into(), format!("at most {MAX_SCHEDULES}")));
+        }
+        for (n, s) in self.schedules.iter().enumerate() {
+            if s.trigger.is_empty() || s.trigger.chars().count() > 32 || s.trigger.chars().any(char::is_control) {
+                return Err(bad(
+                    format!("schedules[{n}].trigger"),
+                    "must be 1 to 32 characters without control characters (cron, scm)".into(),
+                ));
+            }
+            if s.spec.is_empty() || s.spec.chars().count() > MAX_TEXT || s.spec.chars().any(char::is_control) {
+                return Err(bad(
+                    format!("schedules[{n}].spec"),
+                    format!("must be 1 to {MAX_TEXT} characters without control characters"),
+                ));
+            }
         }
         if let Some(node) = &self.node
             && (node.chars().count() > MAX_TEXT || node.chars().any(char::is_control))

@@ -30,6 +30,7 @@
 //! | `GET /job/<name>/<n>/api/json` (or `<n>` a permalink: `lastBuild`, `lastSuccessfulBuild`, ...) | `WorkflowRun`: `number`, `result` (null while running), `building`, `inProgress`, `duration` (0 while running), `timestamp`, `estimatedDuration`, `queueId`, `actions` (causes, test results), `previousBuild`, `nextBuild` | `hudson/model/Run.java`, `PermalinkProjectAction.java` |
 //! | `GET /job/<name>/<n>/consoleText` | the console so far, `text/plain;charset=UTF-8` | `Run.doConsoleText` |
 //! | `POST /job/<name>/build` | 201, `Location: <root>/queue/item/<id>/` | `ParameterizedJobMixIn.doBuild` |
+//! | `GET /varroa/inventory` | the Varroa plugin's trigger inventory: `{"v": 1, "jobs": [{"job", "schedules": [{"trigger", "spec", "next"}]}]}`, every build job with `schedules`; 404 with the `noInventory` fault | docs/varroa/plugin-protocol.md, "Trigger inventory" |
 //!
 //! Build jobs come from [`Options::build_jobs`] (the binary's `--jobs-file`); [`builds`] runs
 //! them and, with a plugin URL, sends their events through [`plugin`], the Varroa plugin's side of
@@ -66,7 +67,7 @@
 //! | admin endpoint | does |
 //! |---|---|
 //! | `GET /__double/state` | JSON: version, queue, executors, quieting down, faults, live configuration, reloads |
-//! | `POST /__double/faults` | JSON `{"delayMs": n, "fail500": bool}` (each optional) |
+//! | `POST /__double/faults` | JSON `{"delayMs": n, "fail500": bool, "noInventory": bool}` (each optional) |
 //! | `POST /__double/refuse?seconds=n` | closes the listener for n seconds |
 //! | `POST /__double/drift` | YAML body, deep-merged into the live configuration |
 //! | `POST /__double/jenkins` | JSON `{"version", "queueLength", "busyExecutors", "quietingDown", "plugins": [{"shortName","version"}]}` (each optional) |
@@ -299,6 +300,9 @@ pub struct Faults {
     pub delay_ms: u64,
     /// Every Jenkins page answers 500.
     pub fail500: bool,
+    /// `GET /varroa/inventory` answers 404, as a Jenkins without the Varroa plugin (or with one
+    /// older than the trigger inventory).
+    pub no_inventory: bool,
 }
 
 /// What the double holds; all switches change it.
@@ -476,6 +480,11 @@ impl JenkinsDouble {
     /// Every Jenkins page answers 500 while on.
     pub fn set_fail_500(&self, on: bool) {
         self.shared.state().faults.fail500 = on;
+    }
+
+    /// `GET /varroa/inventory` answers 404 while on (no plugin, or an older one).
+    pub fn set_no_inventory(&self, on: bool) {
+        self.shared.state().faults.no_inventory = on;
     }
 
     /// Closes the listener and drops open connections: connections are refused until

@@ -189,6 +189,7 @@ async fn jenkins(shared: &Shared, req: Request<Incoming>) -> Resp {
         ("POST", "/configuration-as-code/check") => casc_check(shared, &body),
         ("POST", "/configuration-as-code/reload") => casc_reload(shared, &base),
         ("POST", "/configuration-as-code/export") => casc_export(shared),
+        ("GET", "/varroa/inventory") if !shared.state().faults.no_inventory => api_json(inventory_json(shared)),
         _ => match crate::job_pages::page(shared, &method, &path, &base).await {
             Some(rsp) => rsp,
             None => html(StatusCode::NOT_FOUND, "Not Found [Jenkins]", "<h2>Not Found</h2>"),
@@ -521,6 +522,19 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+/// The Varroa plugin's trigger inventory (docs/varroa/plugin-protocol.md, "Trigger inventory"):
+/// every build job with a schedule, by name.
+pub(crate) fn inventory_json(shared: &Shared) -> Value {
+    let jobs: Vec<Value> = shared
+        .builds
+        .jobs()
+        .iter()
+        .filter(|j| !j.schedules.is_empty())
+        .map(|j| json!({"job": j.name, "schedules": j.schedules}))
+        .collect();
+    json!({"v": 1, "jobs": jobs})
+}
+
 pub(crate) fn api_json(v: Value) -> Resp {
     json_response(StatusCode::OK, "application/json;charset=utf-8", &v)
 }
@@ -627,6 +641,9 @@ async fn admin_endpoint(shared: &Shared, path: String, req: Request<Incoming>) -
             }
             if let Some(f) = v.get("fail500").and_then(Value::as_bool) {
                 st.faults.fail500 = f;
+            }
+            if let Some(f) = v.get("noInventory").and_then(Value::as_bool) {
+                st.faults.no_inventory = f;
             }
             json_response(StatusCode::OK, "application/json", &json!(st.faults))
         }

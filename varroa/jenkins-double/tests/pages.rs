@@ -297,3 +297,37 @@ async fn jobs_defined_at_run_time_run_like_configured_ones_and_a_bad_one_changes
     assert_eq!(env.run("team-b/svc", 1).await["builds"], json!([3]));
     assert_eq!(env.json("/job/team-b/job/svc/3/api/json").await["result"], "FAILURE");
 }
+
+#[tokio::test]
+async fn the_trigger_inventory_lists_every_job_with_a_schedule_authenticated_and_404_without_the_plugin() {
+    let env = Env::start().await;
+    let url = format!("{}/varroa/inventory", env.double.url());
+    let anonymous = env.c.get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::FORBIDDEN, "security is on: anonymous is refused");
+    let v: Value = env.get("/varroa/inventory").await.json().await.unwrap();
+    assert_eq!(v, json!({"v": 1, "jobs": []}), "no job has a schedule yet");
+
+    let jobs = parse_jobs(
+        "- name: team/app\n  schedules:\n  - {trigger: cron, spec: \"H/15 * * * *\", next: \"2026-12-03T08:15:00Z\"}\n  - {trigger: scm, spec: \"H * * * *\"}\n- name: plain\n",
+    )
+    .unwrap();
+    env.double.builds().define(jobs).unwrap();
+    let r = env.get("/varroa/inventory").await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/json"));
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v,
+        json!({"v": 1, "jobs": [{"job": "team/app", "schedules": [
+            {"trigger": "cron", "spec": "H/15 * * * *", "next": "2026-12-03T08:15:00Z"},
+            {"trigger": "scm", "spec": "H * * * *"},
+        ]}]}),
+        "only jobs with a schedule; next only when given"
+    );
+
+    let bad = parse_jobs("- name: x\n  schedules: [{trigger: cron, spec: \"\"}]\n").unwrap_err();
+    assert!(bad.to_string().contains("schedules[0].spec"), "{bad}");
+
+    env.double.set_no_inventory(true);
+    assert_eq!(env.get("/varroa/inventory").await.status(), StatusCode::NOT_FOUND);
+}
