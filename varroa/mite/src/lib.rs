@@ -11,6 +11,8 @@
 //!   token file, `POST /v1/events` forwarded over the stream and answered once JetStream has the
 //!   events, `POST /v1/logs/...` answered once the log store has the chunk, and `POST /v1/claims`
 //!   answered with the ledger's decision within the claim's budget.
+//! - [`inventory`]: the trigger inventory: the plugin's job schedules, polled from Jenkins and
+//!   sent as `job_schedule` events through the plugin listener's forwarding.
 //! - [`settings`]: `run`'s flags and environment, validated at start-up.
 //! - [`plugins`]: `varroa-mite install-plugins`, the `plugins-init` step: locked, verified,
 //!   all-or-nothing plugin installation from an update site.
@@ -19,6 +21,7 @@
 //! real HTTP. docs/varroa/jenkins-double.md lists the endpoints and the Jenkins sources they follow.
 
 pub mod apply;
+pub mod inventory;
 pub mod jenkins;
 pub mod link;
 pub mod plugin;

@@ -51,6 +51,7 @@
 //! waits briefly for the gateway to end the response stream, and returns.
 
 use crate::apply::{Applier, ApplyError, DesiredConfig};
+use crate::inventory::{InventoryMetrics, InventorySettings};
 use crate::jenkins::{ClientConfig, JenkinsClient, Observation};
 use crate::plugin::{BatchSlot, Outbound, PluginMetrics, PluginServer};
 use crate::settings::{ClaimSettings, RunSettings};
@@ -231,15 +232,26 @@ pub async fn start(settings: RunSettings) -> Result<MiteHandle, RunError> {
 
 /// [`start`], with the build claim settings (`--claims`, `--claims-when-ledger-down`).
 pub async fn start_with(settings: RunSettings, claims: ClaimSettings) -> Result<MiteHandle, RunError> {
+    start_full(settings, claims, InventorySettings::default()).await
+}
+
+/// [`start_with`], with the trigger inventory's settings (`--inventory-interval`).
+pub async fn start_full(
+    settings: RunSettings,
+    claims: ClaimSettings,
+    inventory: InventorySettings,
+) -> Result<MiteHandle, RunError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut jcfg = ClientConfig::new(&settings.jenkins_url, &settings.jenkins_user, &settings.jenkins_token_file);
     jcfg.timeout = settings.jenkins_timeout;
     let client = Arc::new(JenkinsClient::new(jcfg)?);
     let metrics = Arc::new(Metrics::default());
     let plugin_metrics = Arc::new(PluginMetrics::default());
+    let inventory_metrics = Arc::new(InventoryMetrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
     plugin_metrics.register(&mut registry);
+    inventory_metrics.register(&mut registry);
     let readiness = Readiness::new();
     readiness.set_not_ready("connecting to the gateway");
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -290,6 +302,16 @@ pub async fn start_with(settings: RunSettings, claims: ClaimSettings) -> Result<
         metrics.clone(),
         stop_rx.clone(),
     )));
+
+    if plugin_addr.is_some() {
+        tasks.push(tokio::spawn(crate::inventory::run(
+            client.clone(),
+            inventory,
+            batches.clone(),
+            inventory_metrics,
+            stop_rx.clone(),
+        )));
+    }
 
     let (desired_tx, desired_rx) = watch::channel(None::<DesiredConfig>);
     let (results_tx, results_rx) = mpsc::channel(16);

@@ -113,7 +113,7 @@ async fn run(a: RunArgs) -> ExitCode {
         claims_gate = claims.gate, when_ledger_down = claims.when_ledger_down.as_str(),
         "varroa-mite starting"
     );
-    let mite = match varroa_mite::link::start_with(settings, claims).await {
+    let mite = match varroa_mite::link::start_full(settings, claims, a.inventory_settings()).await {
         Ok(m) => m,
         Err(e) => {
             eprintln!("varroa-mite run: {e}");

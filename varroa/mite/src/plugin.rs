@@ -627,29 +627,20 @@ async fn events(state: &State, req: &Parts, body: Incoming) -> Answer {
         state.metrics.events("retry", n);
         Answer::retry(outcome, seconds, text)
     };
-    let Some(tx) = state.slot.current() else {
-        return retry(
+    let forwarded = forward_events(&state.slot, valid).await;
+    match forwarded {
+        Err(ForwardError::NoStream) => retry(
             "stream_down",
             RETRY_STREAM_DOWN,
             "the mite's stream to the gateway is down (it is reconnecting); keep the events and retry".into(),
-        );
-    };
-    let (respond, answer) = oneshot::channel();
-    let forwarded = tokio::time::timeout(ACK_TIMEOUT, async move {
-        tx.send(Outbound::Events(OutboundBatch { events: valid, respond }))
-            .await
-            .map_err(|_| "the gateway stream ended".to_owned())?;
-        answer.await.map_err(|_| "the gateway stream ended before the batch was acknowledged".to_owned())?
-    })
-    .await;
-    match forwarded {
-        Ok(Ok(ack)) if ack.retry_after_ms > 0 => retry(
+        ),
+        Ok(ack) if ack.retry_after_ms > 0 => retry(
             "gateway_retry",
             u64::from(ack.retry_after_ms).div_ceil(1000),
             "the gateway cannot store the events now (NATS or JetStream unavailable, or busy); keep them and retry"
                 .into(),
         ),
-        Ok(Ok(ack)) => {
+        Ok(ack) => {
             state.metrics.events("accepted", ack.accepted as usize);
             state.metrics.events("rejected", ack.rejected.len());
             if !ack.rejected.is_empty() {
@@ -669,12 +660,55 @@ async fn events(state: &State, req: &Parts, body: Incoming) -> Answer {
                 outcome: "ok",
             }
         }
-        Ok(Err(why)) => retry("stream_down", RETRY_STREAM_DOWN, format!("{why}; keep the events and retry")),
-        Err(_) => retry(
+        Err(ForwardError::Ended(why)) => {
+            retry("stream_down", RETRY_STREAM_DOWN, format!("{why}; keep the events and retry"))
+        }
+        Err(ForwardError::Timeout) => retry(
             "ack_timeout",
             RETRY_ACK_TIMEOUT,
             format!("the gateway did not acknowledge the events within {ACK_TIMEOUT:?}; keep them and retry"),
         ),
+    }
+}
+
+/// Why a batch of events was not acknowledged.
+#[derive(Debug)]
+pub(crate) enum ForwardError {
+    /// No stream is welcomed now (the mite is reconnecting).
+    NoStream,
+    /// The stream ended before the batch's ack.
+    Ended(String),
+    /// No ack within [`ACK_TIMEOUT`].
+    Timeout,
+}
+
+impl std::fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForwardError::NoStream => f.write_str("the mite's stream to the gateway is down (it is reconnecting)"),
+            ForwardError::Ended(why) => f.write_str(why),
+            ForwardError::Timeout => write!(f, "the gateway did not acknowledge within {ACK_TIMEOUT:?}"),
+        }
+    }
+}
+
+/// Forwards checked events over the current stream as one `BuildEvents` batch and waits (at most
+/// [`ACK_TIMEOUT`]) for its `EventsAck`: the one way the plugin's events and the trigger
+/// inventory's ([`crate::inventory`]) take to the gateway.
+pub(crate) async fn forward_events(slot: &BatchSlot, events: Vec<Vec<u8>>) -> Result<pb::EventsAck, ForwardError> {
+    let Some(tx) = slot.current() else { return Err(ForwardError::NoStream) };
+    let (respond, answer) = oneshot::channel();
+    let forwarded = tokio::time::timeout(ACK_TIMEOUT, async move {
+        tx.send(Outbound::Events(OutboundBatch { events, respond }))
+            .await
+            .map_err(|_| "the gateway stream ended".to_owned())?;
+        answer.await.map_err(|_| "the gateway stream ended before the batch was acknowledged".to_owned())?
+    })
+    .await;
+    match forwarded {
+        Ok(Ok(ack)) => Ok(ack),
+        Ok(Err(why)) => Err(ForwardError::Ended(why)),
+        Err(_) => Err(ForwardError::Timeout),
     }
 }
 

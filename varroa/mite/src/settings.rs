@@ -65,6 +65,10 @@ pub struct RunArgs {
     /// How often the applied configuration is compared with Jenkins' export (drift), in seconds.
     #[arg(long, env = "VARROA_DRIFT_INTERVAL_SECONDS", default_value_t = 300)]
     pub drift_interval_seconds: u64,
+    /// How often the Varroa plugin's trigger inventory (`GET {jenkins}/varroa/inventory`) is
+    /// asked for, in seconds; changed job schedules go to the records as `job_schedule` events.
+    #[arg(long = "inventory-interval", env = "VARROA_INVENTORY_INTERVAL_SECONDS", default_value_t = 60)]
+    pub inventory_interval_seconds: u64,
     /// The longest back-off between two dials of the gateway, in seconds.
     #[arg(long, env = "VARROA_MAX_BACKOFF_SECONDS", default_value_t = 30)]
     pub max_backoff_seconds: u64,
@@ -351,6 +355,11 @@ impl RunArgs {
 }
 
 impl RunArgs {
+    /// The trigger inventory's settings (`--inventory-interval`, at least 1 s).
+    pub fn inventory_settings(&self) -> crate::inventory::InventorySettings {
+        crate::inventory::InventorySettings { interval: Duration::from_secs(self.inventory_interval_seconds.max(1)) }
+    }
+
     /// Validates the claim flags (`--claims`, `--claims-when-ledger-down`) into
     /// [`ClaimSettings`].
     pub fn claim_settings(&self) -> Result<ClaimSettings, SettingsError> {
