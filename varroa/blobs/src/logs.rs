@@ -50,6 +50,11 @@
 //! chunks after it; [`follow`] polls whenever a wake-up arrives (the gateway's [`Notice`] on core
 //! NATS, [`notice_subject`]) and at least every `poll_every`, and ends once the marker says the
 //! log is complete and every byte was read.
+//!
+//! # Deleting
+//!
+//! [`Logs::delete`] deletes every object under a build's prefix (the recorder's retention calls
+//! it for the builds whose run rows it pruned: docs/varroa/data-plane.md, "Retention").
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -367,6 +372,42 @@ impl Logs {
         })
     }
 
+    /// Deletes the build's whole log: every object under its prefix (the chunks, the marker and
+    /// anything else there), and then, on a `file://` store, the build's directory and its job's
+    /// if they are left empty. Idempotent: a log that is already gone, in part or whole, is not
+    /// an error (deleting twice is harmless). Every store request is bounded as any other
+    /// ([`crate::store`]); an error leaves what was not deleted yet for the next call. The prefix
+    /// is listed again afterwards: an object that appeared meanwhile (a gateway still writing the
+    /// log) is an error, so the caller tries again later.
+    pub async fn delete(&self, key: &LogKey) -> Result<Deleted, BlobError> {
+        let dir = self.dir(key);
+        let mut objects = 0;
+        let listed = self.store.list(&dir, None).await?;
+        if !listed.is_empty() {
+            // The marker first: a log being deleted reads as unfinished, never as complete with
+            // chunks missing.
+            let (marker, rest): (Vec<Path>, Vec<Path>) =
+                listed.into_iter().map(|m| m.location).partition(|p| *p == self.marker_path(key));
+            objects += self.store.delete_all(marker).await?;
+            objects += self.store.delete_all(rest).await?;
+            let left = self.store.list(&dir, None).await?;
+            if !left.is_empty() {
+                return Err(BlobError {
+                    op: "delete",
+                    path: dir.to_string(),
+                    store: self.store.url().to_owned(),
+                    message: format!(
+                        "{} objects appeared while the log was deleted (is a gateway still writing {}?)",
+                        left.len(),
+                        key.describe()
+                    ),
+                });
+            }
+        }
+        self.store.remove_empty_dirs(&dir, 2);
+        Ok(Deleted { objects })
+    }
+
     /// The clusters whose store holds a log of `job #build` of `namespace/controller`.
     pub async fn clusters_with(
         &self,
@@ -386,6 +427,13 @@ impl Logs {
         found.sort();
         Ok(found)
     }
+}
+
+/// What [`Logs::delete`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deleted {
+    /// The objects deleted (0: nothing of the log was stored, or it was deleted before).
+    pub objects: u64,
 }
 
 /// What became of a chunk.

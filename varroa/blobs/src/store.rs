@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
@@ -358,6 +358,51 @@ impl BlobStore {
         }
     }
 
+    /// Deletes the objects at `paths`; one that is not there (deleted meanwhile) is not an error.
+    /// S3 deletes up to 1,000 keys per request (`DeleteObjects`), a directory a few files at once;
+    /// each group of [`DELETE_GROUP`] is bounded like any other operation. Returns how many are
+    /// gone (deleted now, or not there).
+    pub(crate) async fn delete_all(&self, paths: Vec<Path>) -> Result<u64, BlobError> {
+        let mut done = 0;
+        for group in paths.chunks(DELETE_GROUP) {
+            let first = group[0].clone();
+            let locations = futures::stream::iter(group.to_vec().into_iter().map(Ok)).boxed();
+            let delete = async {
+                let mut results = self.inner.delete_stream(locations);
+                while let Some(r) = results.next().await {
+                    match r {
+                        Ok(_) | Err(object_store::Error::NotFound { .. }) => done += 1,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            };
+            match bounded(delete).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(self.err("delete", &first, e)),
+                Err(t) => return Err(self.err("delete", &first, t)),
+            }
+        }
+        Ok(done)
+    }
+
+    /// On a `file://` store, removes the directory of `dir` and then its parents while they are
+    /// empty, `levels` at most (a directory that is not empty, or not there, ends it). S3 has no
+    /// directories: nothing to do.
+    pub(crate) fn remove_empty_dirs(&self, dir: &Path, levels: usize) {
+        let Ok(StoreUrl::File { root: base }) = StoreUrl::parse(&self.url) else { return };
+        // The store is the file system's root with the directory as its root path (open).
+        let Ok(mut path) = object_store::local::LocalFileSystem::new().path_to_filesystem(dir) else { return };
+        if !path.starts_with(&base) || path == base {
+            return;
+        }
+        for _ in 0..levels {
+            if std::fs::remove_dir(&path).is_err() || !path.pop() || path == base {
+                break;
+            }
+        }
+    }
+
     /// The object's size, or `None` when there is none.
     pub(crate) async fn size(&self, path: &Path) -> Result<Option<u64>, BlobError> {
         match bounded(self.inner.head(path)).await {
@@ -383,6 +428,9 @@ impl BlobStore {
         }
     }
 }
+
+/// The most objects one delete request (one bounded operation) is given.
+pub const DELETE_GROUP: usize = 1000;
 
 /// How long one operation may take in all (object_store's own bounds are per request).
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(15);
