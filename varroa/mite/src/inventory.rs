@@ -9,8 +9,10 @@
 //!   differ from what was acknowledged, and a job that was acknowledged with schedules and is no
 //!   longer listed with any (`schedules: []`). An unchanged job is not sent again.
 //! - **Ids.** `schedule:<job>:<digest>:<t>`: the job (or `@` and a digest of its name when it does
-//!   not fit an id), 16 hex digits of the SHA-256 of the schedules' JSON, and the Unix second the
-//!   mite first saw this state, which is also the event's `time`. A change not acknowledged yet
+//!   not fit an id), 16 hex digits of the SHA-256 of the schedules' JSON, and the Unix time in
+//!   milliseconds the mite first saw this state, which is also the event's `time` (to the
+//!   millisecond: the records keep the latest time's schedules, so two states of a job seen within
+//!   one second must not share a time). A change not acknowledged yet
 //!   keeps its id and time on every later poll (JetStream and the recorder drop the repeats); a
 //!   job that changes back to an earlier state gets a new id.
 //! - **Not acknowledged** (no stream, the gateway says retry, no ack in time): the changes stay
@@ -125,7 +127,7 @@ fn short_digest(bytes: &[u8]) -> String {
     crate::hex(&Sha256::digest(bytes)[..8])
 }
 
-/// The event id of `job`'s `schedules` first seen at `t` (Unix seconds).
+/// The event id of `job`'s `schedules` first seen at `t` (Unix milliseconds).
 pub(crate) fn event_id(job: &str, schedules: &[Schedule], t: u64) -> String {
     let digest = short_digest(&serde_json::to_vec(schedules).unwrap_or_default());
     let id = format!("schedule:{job}:{digest}:{t}");
@@ -135,8 +137,9 @@ pub(crate) fn event_id(job: &str, schedules: &[Schedule], t: u64) -> String {
     format!("schedule:@{}:{digest}:{t}", short_digest(job.as_bytes()))
 }
 
-/// RFC 3339 of Unix seconds (UTC).
-fn rfc3339(secs: u64) -> String {
+/// RFC 3339 of Unix milliseconds (UTC), to the millisecond.
+fn rfc3339(millis: u64) -> String {
+    let (secs, ms) = (millis / 1000, millis % 1000);
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     // Civil from days (H. Hinnant's algorithm).
@@ -149,7 +152,7 @@ fn rfc3339(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// A change not acknowledged yet.
@@ -168,7 +171,7 @@ pub(crate) struct Tracker {
 }
 
 impl Tracker {
-    /// Takes an inventory seen at `now` (Unix seconds): what differs from the acknowledged becomes
+    /// Takes an inventory seen at `now` (Unix milliseconds): what differs from the acknowledged becomes
     /// pending (keeping its first time while unchanged).
     pub(crate) fn observe(&mut self, inventory: &BTreeMap<String, Vec<Schedule>>, now: u64) {
         let jobs: BTreeSet<String> =
@@ -264,8 +267,8 @@ async fn send(tracker: &mut Tracker, slot: &BatchSlot, metrics: &InventoryMetric
     }
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+fn now_millis() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
 }
 
 /// Polls the inventory until `stop`.
@@ -297,7 +300,7 @@ pub(crate) async fn run(
                     if last != "ok" {
                         tracing::info!(jobs = inventory.len(), "trigger inventory read");
                     }
-                    tracker.observe(&inventory, now_secs());
+                    tracker.observe(&inventory, now_millis());
                     "ok"
                 }
                 Err(e) => {
@@ -345,9 +348,9 @@ mod tests {
 
     #[test]
     fn times_are_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_796_285_700), "2026-12-03T08:15:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_285_700_000), "2026-12-03T08:15:00.000Z");
+        assert_eq!(rfc3339(951_782_400_042), "2000-02-29T00:00:00.042Z");
     }
 
     #[test]
@@ -384,7 +387,7 @@ mod tests {
         assert_eq!(e.len(), 2);
         let b: serde_json::Value = serde_json::from_slice(&e.iter().find(|e| e.0 == "b").unwrap().2).unwrap();
         assert_eq!(b["schedules"], json!([]));
-        assert_eq!(b["time"], "1970-01-01T00:00:40Z");
+        assert_eq!(b["time"], "1970-01-01T00:00:00.040Z");
         assert!(parse(br#"{"v": 2, "jobs": []}"#).is_err());
         assert!(parse(br#"{"jobs": []}"#).is_err());
     }
