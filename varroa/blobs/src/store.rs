@@ -362,11 +362,13 @@ impl BlobStore {
     /// S3 deletes up to 1,000 keys per request (`DeleteObjects`), a directory a few files at once;
     /// each group of [`DELETE_GROUP`] is bounded like any other operation. Returns how many are
     /// gone (deleted now, or not there).
-    pub(crate) async fn delete_all(&self, paths: Vec<Path>) -> Result<u64, BlobError> {
+    pub(crate) async fn delete_all(&self, mut paths: Vec<Path>) -> Result<u64, BlobError> {
         let mut done = 0;
-        for group in paths.chunks(DELETE_GROUP) {
+        while !paths.is_empty() {
+            let rest = paths.split_off(paths.len().min(DELETE_GROUP));
+            let group = std::mem::replace(&mut paths, rest);
             let first = group[0].clone();
-            let locations = futures::stream::iter(group.to_vec().into_iter().map(Ok)).boxed();
+            let locations = futures::stream::iter(group.into_iter().map(Ok)).boxed();
             let delete = async {
                 let mut results = self.inner.delete_stream(locations);
                 while let Some(r) = results.next().await {

@@ -6,7 +6,8 @@
 //! - `varroa_activity` (activity events published on `activity.>`; the recorder creates the
 //!   stream, 72 h, when it is missing) into `activity` ([`activity`]);
 //! - retention ([`retention`]): rows older than `--retention-days` (90; 0 keeps them), at start
-//!   and every hour, in batches;
+//!   and every hour, in batches; with `--log-store`, the console logs of the runs it deletes, from
+//!   the log store, through the queue table `log_deletions` ([`log_retention`]);
 //! - the build claims ledger ([`ledger`]): claim requests on `varroa.claims.>` (queue group
 //!   `varroa-ledger`) decided in PostgreSQL (`claims`, `claim_sequences`), one transaction per
 //!   claim: granted with the job's next gap-free number, the same answer again for the same claim
@@ -34,7 +35,7 @@
 //!
 //! - [`consumer`]: the loop that drains a stream (pull requests, ack after commit, back-off);
 //! - [`ingest`] and [`activity`]: decoding and checking messages, and the SQL;
-//! - [`retention`]: pruning by age;
+//! - [`retention`]: pruning by age; [`log_retention`]: deleting the logs of pruned runs;
 //! - [`ledger`]: the build claims ledger;
 //! - [`migrate`]: the checked-in schema (`migrations/`), applied at start (under an advisory
 //!   lock: replicas starting together apply it once) and by `varroa-recorder migrate`;
@@ -51,6 +52,7 @@ pub mod consumer;
 pub mod db;
 pub mod ingest;
 pub mod ledger;
+pub mod log_retention;
 pub mod metrics;
 pub mod migrate;
 pub mod retention;
@@ -112,6 +114,10 @@ pub enum StartError {
     /// A setting is out of range.
     #[error("{0}")]
     Setting(String),
+    /// The log store's URL or credentials file is unusable (a store that is away is not an
+    /// error: log retention tries again until it answers).
+    #[error("--log-store: {0}")]
+    LogStore(#[from] varroa_blobs::StoreError),
 }
 
 /// A started recorder.
@@ -174,6 +180,18 @@ pub async fn start_with_ledger(
     }
     if ledger.as_ref().is_some_and(|l| l.connections == 0 || l.max_in_flight == 0) {
         return Err(StartError::Setting("--ledger-connections and --ledger-max-in-flight must be at least 1".into()));
+    }
+    let log_store = config.retention.log_store.as_ref().map(varroa_blobs::BlobStore::open).transpose()?;
+    match &log_store {
+        Some(store) => tracing::info!(
+            store = store.url(),
+            days = config.retention.days,
+            "console logs of pruned runs are deleted from the log store"
+        ),
+        None => tracing::warn!(
+            "console logs are not pruned: no log store; set --log-store (VARROA_LOG_STORE) and \
+             --log-store-credentials-file to the gateway's to delete the logs of pruned runs"
+        ),
     }
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
@@ -239,12 +257,25 @@ pub async fn start_with_ledger(
         tasks.push(tokio::spawn(ledger::run(cx, health.clone())));
         health
     });
+    let logs_queued = Arc::new(tokio::sync::Notify::new());
+    if let Some(store) = log_store {
+        tasks.push(tokio::spawn(log_retention::run(
+            config.database.clone(),
+            config.retention.clone(),
+            varroa_blobs::Logs::new(store),
+            metrics.clone(),
+            schema_rx.clone(),
+            shutdown_rx.clone(),
+            logs_queued.clone(),
+        )));
+    }
     tasks.push(tokio::spawn(retention_task(
         config.database.clone(),
         config.retention.clone(),
         metrics.clone(),
         schema_rx.clone(),
         shutdown_rx.clone(),
+        logs_queued,
     )));
     tasks.push(tokio::spawn({
         let (ready, mut stop, schema) = (readiness.clone(), shutdown_rx.clone(), schema_rx);
@@ -325,6 +356,7 @@ async fn retention_task(
     metrics: Arc<Metrics>,
     mut schema: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
+    logs_queued: Arc<tokio::sync::Notify>,
 ) {
     tokio::select! {
         r = schema.wait_for(|ready| *ready) => if r.is_err() { return },
@@ -342,6 +374,10 @@ async fn retention_task(
             }
             Some(c) => match retention::prune(c, &settings, jiff::Timestamp::now(), &metrics, &stop).await {
                 Ok(p) => {
+                    if p.logs_queued > 0 {
+                        // The log pruner deletes them now rather than at its next round.
+                        logs_queued.notify_one();
+                    }
                     let nothing = retention::Pruned { statements: p.statements, ..Default::default() };
                     if p != nothing {
                         tracing::info!(?p, days = settings.days, "retention pruned old rows");

@@ -58,6 +58,16 @@ struct Run {
     /// Days build records and activity are kept; 0 keeps them forever.
     #[arg(long, env = "VARROA_RECORDER_RETENTION_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(0..=36500))]
     retention_days: u32,
+    /// The log store the gateway writes console logs to (the gateway's --log-store:
+    /// `file:///var/lib/varroa/logs`, or `s3://bucket/prefix?endpoint=https://host:port&region=name`,
+    /// credentials from the AWS environment or --log-store-credentials-file): the logs of the runs
+    /// retention deletes are deleted from it. Without it, logs are not pruned.
+    #[arg(long, env = "VARROA_LOG_STORE")]
+    log_store: Option<String>,
+    /// An S3 credentials file (`access_key_id=...`, `secret_access_key=...`, optionally
+    /// `session_token=...` lines), re-read when it changes. Without it: the AWS environment.
+    #[arg(long, env = "VARROA_LOG_STORE_CREDENTIALS_FILE", requires = "log_store")]
+    log_store_credentials_file: Option<PathBuf>,
     /// Do not answer build claims (the ledger runs in every replica by default; claims then go
     /// to the replicas that run it).
     #[arg(long, env = "VARROA_RECORDER_NO_LEDGER")]
@@ -117,7 +127,14 @@ async fn run(args: Run) -> anyhow::Result<()> {
             ack_wait: Duration::from_secs(args.ack_wait_seconds),
             stream_replicas: args.stream_replicas as usize,
         },
-        retention: RetentionSettings { days: args.retention_days, ..Default::default() },
+        retention: RetentionSettings {
+            days: args.retention_days,
+            log_store: args
+                .log_store
+                .filter(|u| !u.is_empty())
+                .map(|url| varroa_blobs::StoreSettings { url, credentials_file: args.log_store_credentials_file }),
+            ..Default::default()
+        },
     };
     let ledger = (!args.no_ledger).then_some(LedgerSettings {
         connections: args.ledger_connections as usize,
@@ -145,6 +162,8 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
+    // One crypto provider for the process (rustls panics when two are compiled in and none chosen).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
     match args.command {
         Command::Run(run_args) => run(*run_args).await?,

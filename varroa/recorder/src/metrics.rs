@@ -52,6 +52,9 @@ pub struct Metrics {
     consumer_pending: Family<StreamLabel, Gauge>,
     claims: Family<DecisionLabel, Counter>,
     claim_seconds: Histogram,
+    log_deletions: Family<Outcome, Counter>,
+    pruned_log_objects: Counter,
+    log_deletions_queued: Gauge,
 }
 
 impl Default for Metrics {
@@ -70,6 +73,9 @@ impl Default for Metrics {
             claims: Family::default(),
             // 0.25 ms to about 8 s.
             claim_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 16)),
+            log_deletions: Family::default(),
+            pruned_log_objects: Counter::default(),
+            log_deletions_queued: Gauge::default(),
         }
     }
 }
@@ -101,7 +107,7 @@ impl Metrics {
         );
         r.register(
             "pg_errors",
-            "PostgreSQL errors, by operation (connect, builds, activity, retention, claims)",
+            "PostgreSQL errors, by operation (connect, builds, activity, retention, log_retention, claims)",
             self.pg_errors.clone(),
         );
         r.register(
@@ -130,6 +136,21 @@ impl Metrics {
             "claim_seconds",
             "Time from a claim's arrival to its answer (decided or not)",
             self.claim_seconds.clone(),
+        );
+        r.register(
+            "log_deletions",
+            "Console logs of pruned runs handled by log retention, by outcome (deleted: its objects deleted from the log store, absent: nothing was stored, failed: the store failed and the build stays queued, invalid: the queued key names no log)",
+            self.log_deletions.clone(),
+        );
+        r.register(
+            "pruned_log_objects",
+            "Objects (log chunks, completion markers) deleted from the log store by log retention",
+            self.pruned_log_objects.clone(),
+        );
+        r.register(
+            "log_deletions_queued",
+            "Builds whose logs wait to be deleted from the log store (log_deletions rows), after the last round",
+            self.log_deletions_queued.clone(),
         );
     }
 
@@ -230,6 +251,37 @@ impl Metrics {
         if let Some(s) = seconds {
             self.claim_seconds.observe(s);
         }
+    }
+
+    /// Counts a build's log handled by log retention with `outcome` (`deleted`, `absent`,
+    /// `failed`, `invalid`).
+    pub fn log_prune(&self, outcome: &str) {
+        self.log_deletions.get_or_create(&Outcome { outcome: outcome.into() }).inc();
+    }
+
+    /// How many builds' logs log retention handled with `outcome`.
+    pub fn log_deletions(&self, outcome: &str) -> u64 {
+        self.log_deletions.get_or_create(&Outcome { outcome: outcome.into() }).get()
+    }
+
+    /// Counts objects deleted from the log store.
+    pub fn pruned_log_objects(&self, n: u64) {
+        self.pruned_log_objects.inc_by(n);
+    }
+
+    /// How many objects log retention deleted from the log store.
+    pub fn log_objects_pruned(&self) -> u64 {
+        self.pruned_log_objects.get()
+    }
+
+    /// Sets how many builds wait in `log_deletions`.
+    pub fn set_log_deletions_queued(&self, n: i64) {
+        self.log_deletions_queued.set(n);
+    }
+
+    /// How many builds waited in `log_deletions` after the last round.
+    pub fn log_deletions_queued(&self) -> i64 {
+        self.log_deletions_queued.get()
     }
 
     /// How many claims were answered with `decision`.

@@ -28,6 +28,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, name: "build_records", sql: include_str!("../migrations/0001_build_records.sql") },
     Migration { version: 2, name: "retention_by_age", sql: include_str!("../migrations/0002_retention_by_age.sql") },
     Migration { version: 3, name: "claims", sql: include_str!("../migrations/0003_claims.sql") },
+    Migration { version: 4, name: "log_deletions", sql: include_str!("../migrations/0004_log_deletions.sql") },
 ];
 
 /// The advisory lock key the migration holds (`'varroa-recorder migrate'` as a number).

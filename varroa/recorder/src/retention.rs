@@ -2,7 +2,9 @@
 //!
 //! - `runs` by `finished_at`, or `recorded_at` for a run that never finished, together with their
 //!   `stages` and `test_summaries` in the same statement (a run is never left without its stages,
-//!   nor a stage without its run);
+//!   nor a stage without its run); with a log store ([`RetentionSettings::log_store`]) the same
+//!   statement queues each deleted run's console log for deletion (`log_deletions`, drained by
+//!   [`crate::log_retention`]);
 //! - `activity` by `time`;
 //! - `claims` (the ledger's grants) by `granted_at`: a claim asked again after that is a new
 //!   claim. The ledger's `claim_sequences` are never pruned (numbers must not start again);
@@ -34,11 +36,25 @@ pub struct RetentionSettings {
     pub interval: Duration,
     /// The most rows one DELETE statement removes.
     pub batch_rows: i64,
+    /// The log store the gateway writes (`--log-store`): the console logs of pruned runs are
+    /// deleted from it ([`crate::log_retention`]). `None`: logs are not pruned.
+    pub log_store: Option<varroa_blobs::StoreSettings>,
+    /// The most builds whose logs one transaction of the log pruner deletes.
+    pub log_batch: i64,
+    /// How soon the log pruner tries again after the store failed.
+    pub log_retry: Duration,
 }
 
 impl Default for RetentionSettings {
     fn default() -> Self {
-        RetentionSettings { days: 90, interval: Duration::from_secs(3600), batch_rows: 5000 }
+        RetentionSettings {
+            days: 90,
+            interval: Duration::from_secs(3600),
+            batch_rows: 5000,
+            log_store: None,
+            log_batch: 100,
+            log_retry: Duration::from_secs(60),
+        }
     }
 }
 
@@ -67,31 +83,52 @@ pub struct Pruned {
     pub claims: u64,
     /// `processed_events` rows.
     pub processed_events: u64,
+    /// Logs of deleted runs queued for deletion (`log_deletions` rows).
+    pub logs_queued: u64,
     /// DELETE statements run.
     pub statements: u64,
 }
 
-const RUNS_SQL: &str = "WITH doomed AS ( \
-         SELECT cluster, namespace, controller, job, build FROM runs \
-         WHERE COALESCE(finished_at, recorded_at) < $1 \
-         LIMIT $2 FOR UPDATE SKIP LOCKED \
-     ), gone_stages AS ( \
-         DELETE FROM stages s USING doomed d \
-         WHERE s.cluster = d.cluster AND s.namespace = d.namespace AND s.controller = d.controller \
-           AND s.job = d.job AND s.build = d.build \
-         RETURNING 1 \
-     ), gone_tests AS ( \
-         DELETE FROM test_summaries t USING doomed d \
-         WHERE t.cluster = d.cluster AND t.namespace = d.namespace AND t.controller = d.controller \
-           AND t.job = d.job AND t.build = d.build \
-         RETURNING 1 \
-     ), gone_runs AS ( \
-         DELETE FROM runs r USING doomed d \
-         WHERE r.cluster = d.cluster AND r.namespace = d.namespace AND r.controller = d.controller \
-           AND r.job = d.job AND r.build = d.build \
-         RETURNING 1 \
-     ) \
-     SELECT (SELECT count(*) FROM gone_runs), (SELECT count(*) FROM gone_stages), (SELECT count(*) FROM gone_tests)";
+/// The runs statement; with `queue_logs`, it also queues the deleted runs' logs.
+fn runs_sql(queue_logs: bool) -> String {
+    let (queue, queued) = if queue_logs {
+        (
+            ", queued AS ( \
+                 INSERT INTO log_deletions (cluster, namespace, controller, job, build) \
+                 SELECT cluster, namespace, controller, job, build FROM gone_runs \
+                 ON CONFLICT DO NOTHING \
+                 RETURNING 1 \
+             )",
+            "(SELECT count(*) FROM queued)",
+        )
+    } else {
+        ("", "0::bigint")
+    };
+    format!(
+        "WITH doomed AS ( \
+             SELECT cluster, namespace, controller, job, build FROM runs \
+             WHERE COALESCE(finished_at, recorded_at) < $1 \
+             LIMIT $2 FOR UPDATE SKIP LOCKED \
+         ), gone_stages AS ( \
+             DELETE FROM stages s USING doomed d \
+             WHERE s.cluster = d.cluster AND s.namespace = d.namespace AND s.controller = d.controller \
+               AND s.job = d.job AND s.build = d.build \
+             RETURNING 1 \
+         ), gone_tests AS ( \
+             DELETE FROM test_summaries t USING doomed d \
+             WHERE t.cluster = d.cluster AND t.namespace = d.namespace AND t.controller = d.controller \
+               AND t.job = d.job AND t.build = d.build \
+             RETURNING 1 \
+         ), gone_runs AS ( \
+             DELETE FROM runs r USING doomed d \
+             WHERE r.cluster = d.cluster AND r.namespace = d.namespace AND r.controller = d.controller \
+               AND r.job = d.job AND r.build = d.build \
+             RETURNING r.cluster, r.namespace, r.controller, r.job, r.build \
+         ){queue} \
+         SELECT (SELECT count(*) FROM gone_runs), (SELECT count(*) FROM gone_stages), \
+                (SELECT count(*) FROM gone_tests), {queued}"
+    )
+}
 
 const ACTIVITY_SQL: &str = "DELETE FROM activity WHERE id IN ( \
          SELECT id FROM activity WHERE time < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)";
@@ -122,10 +159,11 @@ pub async fn prune(
     let stopped = || *stop.borrow();
     if settings.days > 0 {
         let cutoff = before(now, DAY * settings.days);
-        let runs = client.prepare(RUNS_SQL).await?;
+        let runs = client.prepare(&runs_sql(settings.log_store.is_some())).await?;
         while !stopped() {
             let row = client.query_one(&runs, &[&cutoff, &batch]).await?;
-            let (r, s, t): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            let (r, s, t, q): (i64, i64, i64, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
+            pruned.logs_queued += q as u64;
             pruned.statements += 1;
             metrics.retention_statement();
             pruned.runs += r as u64;

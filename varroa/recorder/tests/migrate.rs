@@ -33,6 +33,7 @@ async fn migrations_apply_once_even_from_replicas_starting_together() {
         "processed_events",
         "claims",
         "claim_sequences",
+        "log_deletions",
     ] {
         let n: i64 = a
             .query_one("SELECT count(*) FROM information_schema.tables WHERE table_name = $1", &[&table])

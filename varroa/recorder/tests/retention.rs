@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use varroa_recorder::RetentionSettings;
 use varroa_recorder::metrics::Metrics;
@@ -81,11 +79,7 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_new_ones() {
     .unwrap();
 
     // At start, in statements of at most 100 rows.
-    let r = h
-        .recorder(|c| {
-            c.retention = RetentionSettings { days: 90, interval: Duration::from_secs(3600), batch_rows: 100 }
-        })
-        .await;
+    let r = h.recorder(|c| c.retention = RetentionSettings { days: 90, batch_rows: 100, ..Default::default() }).await;
     eventually("the old rows pruned", || async {
         let m = &r.metrics;
         (m.pruned_rows("runs") == 255
@@ -110,6 +104,7 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_new_ones() {
     assert_eq!(count("SELECT count(*) FROM job_schedules").await, Some(1), "current schedules are not history");
     assert_eq!(count("SELECT count(*) FROM claims WHERE build > 150").await, Some(3));
     assert_eq!(count("SELECT count(*) FROM claims").await, Some(3));
+    assert_eq!(count("SELECT count(*) FROM log_deletions").await, Some(0), "no log store: no log is queued");
     assert_eq!(
         count("SELECT last_build FROM claim_sequences").await,
         Some(153),
@@ -131,7 +126,7 @@ async fn kept_forever_the_records_stay_and_applied_ids_outlive_the_stream_only()
     seed_ids(&c, "recent", 7, "6 days").await; // the stream could still redeliver these
     let metrics = Metrics::default();
     let (_tx, stop) = tokio::sync::watch::channel(false);
-    let settings = RetentionSettings { days: 0, interval: Duration::from_secs(3600), batch_rows: 100 };
+    let settings = RetentionSettings { days: 0, batch_rows: 100, ..Default::default() };
     let pruned = retention::prune(&c, &settings, jiff::Timestamp::now(), &metrics, &stop).await.unwrap();
     assert_eq!((pruned.runs, pruned.activity, pruned.processed_events), (0, 0, 150));
     assert_eq!(pruned.statements, 2, "100 + 50");
