@@ -185,8 +185,9 @@ pids+=($!)
 echo "$!" >>"$DEMO_DIR/pids"
 wait_port "$PG_PORT" postgres "$DEMO_DIR/postgres.log"
 export VARROA_DATABASE_URL="postgres://varroa@127.0.0.1:$PG_PORT/postgres"
+# The recorder reads the gateway's log store too: it deletes the logs of the runs retention prunes.
 "$BIN"/varroa-recorder run --database-url "$VARROA_DATABASE_URL" --nats-url "$NATS_URL" \
-  --health-listen 127.0.0.1:0 >"$DEMO_DIR/recorder.log" 2>&1 &
+  --health-listen 127.0.0.1:0 --log-store "file://$DEMO_DIR/logs" >"$DEMO_DIR/recorder.log" 2>&1 &
 pids+=($!)
 echo "$!" >>"$DEMO_DIR/pids"
 echo "   PostgreSQL at $VARROA_DATABASE_URL; varroa-recorder migrates it and drains varroa_builds and varroa_activity"
