@@ -68,6 +68,14 @@ enum Command {
         /// Seconds to wait, after the last build, for the mite to answer for every event.
         #[arg(long = "flush-timeout", default_value_t = 120)]
         flush_timeout: u64,
+        /// Ask a build claim (POST /v1/claims) for every build, each with a trigger of its own;
+        /// the numbers are the ledger's (the mite needs VARROA_CLAIMS=on).
+        #[arg(long)]
+        claims: bool,
+        /// Console lines (80 bytes each) every stage prints, sent as the build's log
+        /// (POST /v1/logs/...); 0 sends no logs.
+        #[arg(long = "console-lines", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+        console_lines: u64,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -180,6 +188,8 @@ async fn main() -> anyhow::Result<()> {
             stages,
             batch_size,
             flush_timeout,
+            claims,
+            console_lines,
             json,
         }) => {
             let plugin = PluginConfig { batch_size, ..PluginConfig::new(plugin_url, token_file) };
@@ -190,6 +200,8 @@ async fn main() -> anyhow::Result<()> {
                 concurrency,
                 stages,
                 flush_timeout: Duration::from_secs(flush_timeout),
+                claims,
+                console_lines: console_lines as usize,
             })
             .await?;
             if json {
@@ -198,7 +210,9 @@ async fn main() -> anyhow::Result<()> {
                 println!("{report}");
             }
             if !report.complete {
-                anyhow::bail!("not every event was accepted by the mite (see the counts above)");
+                anyhow::bail!(
+                    "not every event was accepted, claim granted or log complete by the mite (see the counts above)"
+                );
             }
             return Ok(());
         }

@@ -135,3 +135,52 @@ async fn load_runs_builds_at_full_speed_and_reports() {
     assert_eq!(report["complete"], false);
     assert!(report["eventsPerSecond"].as_f64().unwrap() > 0.0);
 }
+
+/// `load --claims --console-lines N`: every build asks its claim before it runs (the numbers are
+/// the ledger's, gap-free per job) and sends its console log, which the mite stores complete: the
+/// generator for the claims and logs benchmarks.
+#[tokio::test]
+async fn load_with_claims_and_console_logs_claims_every_build_and_sends_every_log() {
+    let mite = support::mite::TestMite::start("t0k", 0, support::mite::Ledger::shared()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(&dir, "t0k\n");
+    let out = Command::new(BIN)
+        .args(["load", "--plugin-url", &mite.url(), "--token-file"])
+        .arg(&token)
+        .args(["--jobs", "2", "--builds", "5", "--concurrency", "3", "--stages", "2"])
+        .args(["--claims", "--console-lines", "40"])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("claims:    10 granted, 0 refused"), "{stdout}");
+    assert!(stdout.contains("logs:      10 of 10 complete"), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("log MB/s:")), "{stdout}");
+    assert!(stdout.ends_with("complete:  yes\n"), "{stdout}");
+
+    // One claim per build, each with its own trigger; each job numbered 1..5 by the ledger.
+    let claims = mite.claims();
+    assert_eq!(claims.len(), 10, "{claims:?}");
+    let triggers: std::collections::BTreeSet<_> =
+        claims.iter().map(|c| (c.body["job"].to_string(), c.body["trigger"].to_string())).collect();
+    assert_eq!(triggers.len(), 10, "a trigger of its own per build");
+    let events = mite.events();
+    for job in ["load-1", "load-2"] {
+        let mut numbers: Vec<u64> =
+            events.iter().filter(|e| e.job == job && e.body.kind() == "finished").filter_map(|e| e.build).collect();
+        numbers.sort();
+        assert_eq!(numbers, [1, 2, 3, 4, 5], "{job}");
+        // Every log complete, with both stages' 40 lines of 80 bytes, in order.
+        for n in 1..=5 {
+            let (bytes, complete) = mite.log(job, n).unwrap_or_else(|| panic!("{job} #{n} has a log"));
+            assert!(complete, "{job} #{n}");
+            let text = String::from_utf8(bytes).unwrap();
+            let first = text.find("stage 1 line 0 ").unwrap_or_else(|| panic!("{text}"));
+            let last = text.find("stage 2 line 39 ").unwrap_or_else(|| panic!("{text}"));
+            assert!(first < last, "{text}");
+            assert_eq!(text.matches(" line ").count(), 80, "{text}");
+            assert!(text.lines().filter(|l| l.contains(" line ")).all(|l| l.len() == 79), "80 bytes a line");
+        }
+    }
+}
