@@ -61,6 +61,10 @@ pub enum Command {
     /// record store).
     #[command(after_help = EXIT_CODES)]
     Build(BuildArgs),
+    /// List a controller's job schedules: each timed (cron) or polling (scm) trigger and when it
+    /// fires next (from the build record store).
+    #[command(after_help = EXIT_CODES)]
+    Schedules(SchedulesArgs),
     /// List what happened to controllers (lifecycle changes, user actions, what the mite saw),
     /// newest last (from the build record store).
     #[command(after_help = EXIT_CODES)]
@@ -202,6 +206,24 @@ pub struct BuildArgs {
     /// Output format (default: a description).
     #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
     pub output: Option<RecordOutput>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `schedules CONTROLLER [--job JOB] [--limit N] [-o wide|json|yaml]`.
+#[derive(Args, Debug, Clone)]
+pub struct SchedulesArgs {
+    /// The controller's name.
+    pub controller: String,
+    /// Only this job, by its full name with folders (`team/app`).
+    #[arg(long, value_name = "JOB")]
+    pub job: Option<String>,
+    /// At most this many jobs (by name).
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=MAX_LIMIT as i64))]
+    pub limit: u32,
+    /// Output format (default: a table).
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<ListOutput>,
     #[command(flatten)]
     pub store: StoreArgs,
 }

@@ -17,6 +17,7 @@
 //! | names checked before a lookup | names.rs |
 //! | builds, build | cmd/builds.rs |
 //! | activity | cmd/activity.rs |
+//! | schedules | cmd/schedules.rs |
 //! | logs (the log store, through varroa-blobs) | cmd/logs.rs |
 //! | completion | cmd/completion.rs |
 
@@ -54,6 +55,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Builds(args) => cmd::builds::list(&cli.global, args).await,
         Command::Build(args) => cmd::builds::show(&cli.global, args).await,
         Command::Activity(args) => cmd::activity::run(&cli.global, args).await,
+        Command::Schedules(args) => cmd::schedules::run(&cli.global, args).await,
         Command::Logs(args) => cmd::logs::run(&cli.global, args).await,
         command => {
             let t = client::connect(&cli.global).await?;
@@ -66,6 +68,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 | Command::Builds(_)
                 | Command::Build(_)
                 | Command::Activity(_)
+                | Command::Schedules(_)
                 | Command::Logs(_) => Ok(()),
             }
         }

@@ -198,6 +198,37 @@ pub struct Activity {
     pub message: String,
 }
 
+/// One schedule of a job: a timed (`cron`) or polling (`scm`) trigger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Schedule {
+    /// `cron` or `scm` (others are shown as they come).
+    pub trigger: String,
+    /// The spec as Jenkins has it (`H/15 * * * *`).
+    pub spec: String,
+    /// When it fires next, as Jenkins said when it reported the schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<Timestamp>,
+}
+
+/// A job's current schedules (a row of `job_schedules`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSchedules {
+    /// The cluster the controller runs in.
+    pub cluster: String,
+    /// The controller's namespace.
+    pub namespace: String,
+    /// The controller.
+    pub controller: String,
+    /// The job's full name (`folder/job`).
+    pub job: String,
+    /// Its schedules (none once the job has no trigger left, or is gone).
+    pub schedules: Vec<Schedule>,
+    /// When Jenkins reported them (the event's time).
+    pub reported_at: Timestamp,
+}
+
 /// A build record, a stage list and a test summary, as `build -o json` prints them.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -15,7 +15,7 @@
 //!   fix.
 
 use crate::cli::StoreArgs;
-use crate::records::{Activity, Run, RunStatus, Stage, TestSummary};
+use crate::records::{Activity, JobSchedules, Run, RunStatus, Schedule, Stage, TestSummary};
 use jiff::Timestamp;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -247,8 +247,8 @@ impl Store {
                 doing,
                 addr,
                 reason: format!(
-                    "{}: the database user needs SELECT on runs, stages, test_summaries and activity \
-                     (GRANT SELECT ON runs, stages, test_summaries, activity TO <user>)",
+                    "{}: the database user needs SELECT on runs, stages, test_summaries, job_schedules and activity \
+                     (GRANT SELECT ON runs, stages, test_summaries, job_schedules, activity TO <user>)",
                     db.message()
                 ),
             },
@@ -305,6 +305,33 @@ impl Store {
         )
         .await
         .map(|mut rows| rows.pop())
+    }
+
+    /// A controller's jobs that have schedules, by job (see [`SCHEDULES_SQL`]).
+    pub async fn schedules(&self, q: &SchedulesQuery<'_>) -> Result<Vec<JobSchedules>, StoreError> {
+        let limit = i64::from(q.limit);
+        self.query(
+            || format!("reading the job schedules of controller {}/{}", q.namespace, q.controller),
+            SCHEDULES_SQL,
+            &[&q.namespace, &q.controller, &q.job, &q.cluster, &limit],
+            schedules_of,
+        )
+        .await?
+        .into_iter()
+        .map(|(mut job, text)| {
+            // The recorder stores only what varroa-link validated; a value this CLI cannot read
+            // (a newer recorder's shape, a hand-edited row) is an error naming the job.
+            job.schedules = serde_json::from_str::<Vec<Schedule>>(&text).map_err(|e| StoreError::Query {
+                doing: format!(
+                    "reading the schedules of job {} of controller {}/{}",
+                    job.job, q.namespace, q.controller
+                ),
+                addr: self.addr.clone(),
+                reason: format!("job_schedules.schedules is not a list of {{trigger, spec, next}}: {e}"),
+            })?;
+            Ok(job)
+        })
+        .collect()
     }
 
     /// Activity, newest first (see [`ACTIVITY_SQL`]).
@@ -369,6 +396,21 @@ pub struct ActivityQuery<'a> {
     pub limit: u32,
 }
 
+/// What [`Store::schedules`] reads.
+#[derive(Debug, Clone)]
+pub struct SchedulesQuery<'a> {
+    /// The controller's namespace.
+    pub namespace: &'a str,
+    /// The controller.
+    pub controller: &'a str,
+    /// Only this job.
+    pub job: Option<&'a str>,
+    /// Only this cluster.
+    pub cluster: Option<&'a str>,
+    /// At most this many jobs.
+    pub limit: u32,
+}
+
 /// A controller's builds: `$1` namespace, `$2` controller, `$3` job or NULL, `$4` cluster or
 /// NULL, `$5` limit. The order is the index `runs_by_controller`'s (`started_at DESC`, so not yet
 /// started, i.e. queued, first), ties by queue time and number.
@@ -410,6 +452,19 @@ pub const ACTIVITY_SQL: &str = "SELECT id, time, cluster, namespace, controller,
      WHERE ($1::text IS NULL OR namespace = $1) AND ($2::text IS NULL OR controller = $2) \
        AND ($3::timestamptz IS NULL OR time >= $3) AND ($4::text IS NULL OR cluster = $4) \
      ORDER BY time DESC, id DESC \
+     LIMIT $5";
+
+/// A controller's job schedules: `$1` namespace, `$2` controller, `$3` job or NULL, `$4` cluster
+/// or NULL, `$5` limit; only jobs with at least one schedule (a job whose triggers were removed,
+/// or that was deleted, keeps a row with `[]`), by job name, by the index
+/// `job_schedules_by_controller`. The schedules are read as text and parsed here (a value this
+/// CLI cannot read is an error naming the job, not a crash).
+pub const SCHEDULES_SQL: &str = "SELECT cluster, namespace, controller, job, schedules::text AS schedules, event_time \
+     FROM job_schedules \
+     WHERE namespace = $1 AND controller = $2 \
+       AND ($3::text IS NULL OR job = $3) AND ($4::text IS NULL OR cluster = $4) \
+       AND schedules <> '[]'::jsonb \
+     ORDER BY job, cluster \
      LIMIT $5";
 
 type RowResult<T> = Result<T, tokio_postgres::Error>;
@@ -458,6 +513,21 @@ fn tests_of(row: &Row) -> RowResult<TestSummary> {
         skipped: column(row, "skipped")?,
         duration_ms: column(row, "duration_ms")?,
     })
+}
+
+/// A `job_schedules` row, its schedules still JSON text (parsed by [`Store::schedules`]).
+fn schedules_of(row: &Row) -> RowResult<(JobSchedules, String)> {
+    Ok((
+        JobSchedules {
+            cluster: column(row, "cluster")?,
+            namespace: column(row, "namespace")?,
+            controller: column(row, "controller")?,
+            job: column(row, "job")?,
+            schedules: vec![],
+            reported_at: column(row, "event_time")?,
+        },
+        column(row, "schedules")?,
+    ))
 }
 
 fn activity_of(row: &Row) -> RowResult<Activity> {

@@ -380,6 +380,81 @@ async fn activity_filters_by_controller_and_since_newest_last() {
     assert!(r.stderr.contains("cannot be used with"), "{}", r.stderr);
 }
 
+/// `varroa schedules`: a controller's jobs with schedules (rows as the recorder writes them from
+/// `job_schedule` events), one row per schedule, by job; jobs whose schedules are `[]` and other
+/// controllers' jobs left out; filters, wide and JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_lists_each_jobs_triggers_and_when_they_fire_next() {
+    let s = Store::start().await;
+    s.sql(
+        r#"INSERT INTO job_schedules (cluster, namespace, controller, job, schedules, event_time) VALUES
+           ('eu', 'team-a', 'ci', 'team/app', jsonb_build_array(
+                jsonb_build_object('trigger', 'cron', 'spec', 'H/15 * * * *', 'next', to_char((now() + interval '4 minutes 30 seconds') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+                jsonb_build_object('trigger', 'scm', 'spec', 'H/5 * * * *')), now() - interval '1 hour'),
+           ('eu', 'team-a', 'ci', 'nightly', '[{"trigger": "cron", "spec": "@midnight"}]', now() - interval '2 hours'),
+           ('eu', 'team-a', 'ci', 'retired', '[]', now() - interval '1 hour'),
+           ('us', 'team-a', 'ci', 'team/app', '[{"trigger": "cron", "spec": "H 4 * * *"}]', now() - interval '1 hour'),
+           ('eu', 'team-a', 'other', 'x', '[{"trigger": "cron", "spec": "@hourly"}]', now()),
+           ('eu', 'team-b', 'ci', 'y', '[{"trigger": "cron", "spec": "@hourly"}]', now());"#,
+    )
+    .await;
+    let r = s.varroa(&["schedules", "ci", "-n", "team-a"]).await.expect(0);
+    let header: Vec<&str> = r.stdout.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["JOB", "TRIGGER", "SPEC", "NEXT"], "{}", r.stdout);
+    let got: Vec<Vec<String>> =
+        rows(&r.stdout).iter().map(|row| squeeze_row(row, &["JOB", "TRIGGER", "SPEC", "NEXT"])).collect();
+    assert_eq!(
+        got,
+        [
+            ["nightly", "cron", "@midnight", ""],
+            ["team/app", "cron", "H/15 * * * *", "in 4m"],
+            ["team/app", "scm", "H/5 * * * *", ""],
+            ["team/app", "cron", "H 4 * * *", ""],
+        ]
+        .map(|r| r.map(String::from)),
+        "by job, the retired job and other controllers left out:\n{}",
+        r.stdout
+    );
+    assert_eq!(r.stderr, "");
+
+    // A job, a cluster, wide.
+    let r = s
+        .varroa(&["schedules", "ci", "-n", "team-a", "--job", "team/app", "--cluster", "us", "-o", "wide"])
+        .await
+        .expect(0);
+    let all = rows(&r.stdout);
+    assert_eq!(all.len(), 1, "{}", r.stdout);
+    assert_eq!(squeeze_row(&all[0], &["JOB", "SPEC", "CLUSTER"]), ["team/app", "H 4 * * *", "us"]);
+    assert!(all[0]["REPORTED"].parse::<jiff::Timestamp>().is_ok(), "{}", r.stdout);
+
+    // JSON: one record per job.
+    let r = s
+        .varroa(&["schedules", "ci", "-n", "team-a", "--job", "team/app", "--cluster", "eu", "-o", "json"])
+        .await
+        .expect(0);
+    let list: Value = serde_json::from_str(&r.stdout).expect("JSON");
+    let item = &list["items"][0];
+    assert_eq!(item["job"], "team/app");
+    assert_eq!(item["schedules"][1], serde_json::json!({"trigger": "scm", "spec": "H/5 * * * *"}));
+    assert!(item["schedules"][0]["next"].as_str().unwrap().parse::<jiff::Timestamp>().is_ok(), "{item}");
+    assert!(item["reportedAt"].as_str().unwrap().parse::<jiff::Timestamp>().is_ok(), "{item}");
+
+    // Nothing scheduled: said on stderr, naming the filters; --limit counts jobs.
+    let r = s.varroa(&["schedules", "ci", "-n", "team-a", "--job", "retired"]).await.expect(0);
+    assert_eq!(
+        (r.stdout.as_str(), r.stderr.as_str()),
+        ("", "No job schedules found for controller team-a/ci (job retired).\n")
+    );
+    let r = s.varroa(&["schedules", "ci", "-n", "team-a", "--limit", "1"]).await.expect(0);
+    assert_eq!(rows(&r.stdout).len(), 1, "{}", r.stdout);
+    assert_eq!(r.stderr, "(the first 1 jobs shown; --limit shows more)\n");
+
+    // A row this CLI cannot read is an error naming the job, not a crash.
+    s.sql(r#"UPDATE job_schedules SET schedules = '[{"trigger": 7}]' WHERE job = 'nightly'"#).await;
+    let r = s.varroa(&["schedules", "ci", "-n", "team-a"]).await.expect(1);
+    assert!(r.stderr.contains("reading the schedules of job nightly of controller team-a/ci"), "{}", r.stderr);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_errors_say_what_to_set_or_fix() {
     let mut s = Store::start().await;
@@ -435,7 +510,7 @@ async fn store_errors_say_what_to_set_or_fix() {
         .expect(1);
     assert!(
         r.stderr.starts_with(&format!("error: reading the builds of controller team-a/ci in the build record store at 127.0.0.1:{port}: permission denied for table runs: the database user needs SELECT on runs"))
-            && r.stderr.contains("GRANT SELECT ON runs, stages, test_summaries, activity TO"),
+            && r.stderr.contains("GRANT SELECT ON runs, stages, test_summaries, job_schedules, activity TO"),
         "{}",
         r.stderr
     );
@@ -458,11 +533,11 @@ async fn store_errors_say_what_to_set_or_fix() {
 
 /// The queries use the schema's indexes (the planner is kept off sequential scans, which it would
 /// pick for tables this small): a controller's builds by `runs_by_controller`, one build's
-/// stages and tests by their primary keys, activity by `activity_by_controller` or
-/// `activity_by_time`.
+/// stages and tests by their primary keys, a controller's schedules by `job_schedules_by_controller`,
+/// activity by `activity_by_controller` or `activity_by_time`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_queries_use_the_schemas_indexes() {
-    use varroa_cli::store::{ACTIVITY_SQL, BUILDS_SQL, RUN_SQL, STAGES_SQL, TESTS_SQL};
+    use varroa_cli::store::{ACTIVITY_SQL, BUILDS_SQL, RUN_SQL, SCHEDULES_SQL, STAGES_SQL, TESTS_SQL};
     let s = Store::start().await;
     s.sql("SET enable_seqscan = off").await;
     type Params = Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>;
@@ -519,6 +594,11 @@ async fn the_queries_use_the_schemas_indexes() {
             "activity_by_time",
             ACTIVITY_SQL,
             vec![Box::new(none), Box::new(none), Box::new(since), Box::new(none), Box::new(51i64)],
+        ),
+        (
+            "job_schedules_by_controller",
+            SCHEDULES_SQL,
+            vec![Box::new("team-a"), Box::new("ci"), Box::new(none), Box::new(none), Box::new(201i64)],
         ),
     ];
     for (index, sql, params) in cases {

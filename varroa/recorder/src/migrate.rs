@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 2, name: "retention_by_age", sql: include_str!("../migrations/0002_retention_by_age.sql") },
     Migration { version: 3, name: "claims", sql: include_str!("../migrations/0003_claims.sql") },
     Migration { version: 4, name: "log_deletions", sql: include_str!("../migrations/0004_log_deletions.sql") },
+    Migration {
+        version: 5,
+        name: "job_schedules_by_controller",
+        sql: include_str!("../migrations/0005_job_schedules_by_controller.sql"),
+    },
 ];
 
 /// The advisory lock key the migration holds (`'varroa-recorder migrate'` as a number).

@@ -7,3 +7,4 @@ pub mod describe;
 pub mod get;
 pub mod logs;
 pub mod power;
+pub mod schedules;
