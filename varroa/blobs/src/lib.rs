@@ -11,16 +11,20 @@
 //! - `testing` (cargo feature `testing`): a real moto S3 server, and a TCP proxy that can cut the
 //!   way to it.
 //!
-//! Artifacts are not built. Their design: the plugin writes them straight to the store (not
-//! through the mite and the gateway: they can be large), each cell under its own prefix
-//! `artifacts/<cluster>/<namespace>/<controller>/cell-<n>/...`, with a credential scoped to that
-//! prefix.
+//! - [`artifacts`]: archived artifacts: each cell's own prefix
+//!   `artifacts/<cluster>/<namespace>/<controller>/cell-<n>/<job>/<build>/`, presigned `PUT` URLs
+//!   the gateway signs for the plugin (an `s3://` store only: files go straight from the plugin to
+//!   the store, not through the mite and the gateway), and listing a build's artifacts.
 
+pub mod artifacts;
 pub mod credentials;
 pub mod logs;
+#[cfg(feature = "testing")]
+pub mod presign_check;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use artifacts::{Artifact, ArtifactKey, Artifacts, SignError, Signed};
 pub use logs::{ChunkError, ChunkOutcome, Follower, LogKey, LogState, LogWriter, Logs, Notice};
 pub use store::{BlobError, BlobStore, StoreError, StoreSettings, StoreUrl};

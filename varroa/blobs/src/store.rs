@@ -230,6 +230,8 @@ pub enum Created {
 #[derive(Clone)]
 pub struct BlobStore {
     inner: Arc<dyn ObjectStore>,
+    /// What presigns URLs: the S3 store itself; `None` for a directory (nothing to presign).
+    signer: Option<Arc<dyn object_store::signer::Signer>>,
     root: Path,
     url: String,
 }
@@ -256,7 +258,7 @@ impl BlobStore {
                 // directory need not exist yet (it is created on the first write).
                 let fs = object_store::local::LocalFileSystem::new().with_fsync(true);
                 let root = Path::from_absolute_path(&root).map_err(|e| open_err(e.into()))?;
-                Ok(BlobStore { inner: Arc::new(fs), root, url })
+                Ok(BlobStore { inner: Arc::new(fs), signer: None, root, url })
             }
             StoreUrl::S3 { bucket, prefix, endpoint, region } => {
                 use object_store::aws::AmazonS3Builder;
@@ -286,9 +288,9 @@ impl BlobStore {
                     let provider = crate::credentials::FileCredentials::new(path.clone())?;
                     b = b.with_credentials(Arc::new(provider));
                 }
-                let s3 = b.build().map_err(open_err)?;
+                let s3 = Arc::new(b.build().map_err(open_err)?);
                 let root = Path::from_iter(prefix.split('/').filter(|p| !p.is_empty()));
-                Ok(BlobStore { inner: Arc::new(s3), root, url })
+                Ok(BlobStore { inner: s3.clone(), signer: Some(s3), root, url })
             }
         }
     }
@@ -356,6 +358,28 @@ impl BlobStore {
             Ok(Err(e)) => Err(self.err("list", prefix, e)),
             Err(t) => Err(self.err("list", prefix, t)),
         }
+    }
+
+    /// A URL that lets whoever holds it `method` the object at `path` until `expires_in` has
+    /// passed, signed with the store's credentials (S3's SigV4 query signing); `Ok(None)` when
+    /// this store cannot presign (a directory).
+    pub(crate) async fn presign(
+        &self,
+        method: object_store::signer::Method,
+        path: &Path,
+        expires_in: Duration,
+    ) -> Result<Option<url::Url>, BlobError> {
+        let Some(signer) = &self.signer else { return Ok(None) };
+        match bounded(signer.signed_url(method, path, expires_in)).await {
+            Ok(Ok(u)) => Ok(Some(u)),
+            Ok(Err(e)) => Err(self.err("sign", path, e)),
+            Err(t) => Err(self.err("sign", path, t)),
+        }
+    }
+
+    /// Whether this store can presign URLs (an `s3://` store).
+    pub fn can_presign(&self) -> bool {
+        self.signer.is_some()
     }
 
     /// Deletes the objects at `paths`; one that is not there (deleted meanwhile) is not an error.

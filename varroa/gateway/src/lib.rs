@@ -163,6 +163,7 @@ pub async fn start_with(
     let (builds_tx, builds_rx) = watch::channel(None);
     let desired = Arc::new(desired::DesiredCache::default());
     let activity = service::Activity::new(client.clone(), config.options.cluster.clone());
+    let artifacts = log_store.clone().map(|store| Arc::new(varroa_blobs::Artifacts::new(store)));
     let logs = log_store.map(|store| {
         tracing::info!(store = %store.url(), "console logs go to this store");
         Arc::new(service::LogSink {
@@ -180,6 +181,7 @@ pub async fn start_with(
         Some(activity),
         logs,
         Some(client.clone()),
+        artifacts,
     );
 
     let mut tasks = Vec::new();

@@ -44,6 +44,8 @@ pub struct Metrics {
     build_batches: Family<Outcome, Counter>,
     log_chunks: Family<Outcome, Counter>,
     log_bytes: Counter,
+    artifact_requests: Family<Outcome, Counter>,
+    artifact_urls: Counter,
     claims: Family<Decision, Counter>,
     claims_ledger_down: Family<Why, Counter>,
     claim_seconds: Histogram,
@@ -62,6 +64,8 @@ impl Default for Metrics {
             build_batches: Family::default(),
             log_chunks: Family::default(),
             log_bytes: Counter::default(),
+            artifact_requests: Family::default(),
+            artifact_urls: Counter::default(),
             claims: Family::default(),
             claims_ledger_down: Family::default(),
             // 1 ms to about 33 s: a claim's budget is at most 30 s.
@@ -101,6 +105,12 @@ impl Metrics {
         );
         r.register("log_bytes", "Console log bytes written to the log store", self.log_bytes.clone());
         r.register(
+            "artifact_requests",
+            "Artifact upload requests answered, by outcome (signed, refused, unsupported, retry, busy)",
+            self.artifact_requests.clone(),
+        );
+        r.register("artifact_urls", "Presigned artifact upload URLs handed out", self.artifact_urls.clone());
+        r.register(
             "claims",
             "Build claims answered, by decision (granted, refused, retry, rejected, ledger_down)",
             self.claims.clone(),
@@ -129,6 +139,11 @@ impl Metrics {
     pub fn log_chunk(&self, outcome: &'static str, bytes: usize) {
         self.log_chunks.get_or_create(&Outcome { outcome }).inc();
         self.log_bytes.inc_by(bytes as u64);
+    }
+    /// Counts an artifact request answered with `outcome`, and the URLs it was given.
+    pub fn artifact_request(&self, outcome: &'static str, urls: usize) {
+        self.artifact_requests.get_or_create(&Outcome { outcome }).inc();
+        self.artifact_urls.inc_by(urls as u64);
     }
     /// Counts `n` build events with `outcome`.
     pub fn build_events(&self, outcome: &'static str, n: usize) {

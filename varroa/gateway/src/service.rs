@@ -56,6 +56,14 @@
 //!    refused, retry and rejected become the `ClaimAnswer`'s decision; no responders, no answer
 //!    in time, NATS not connected or an unreadable reply answer `LEDGER_DOWN` with
 //!    [`CLAIM_RETRY_AFTER_MS`] and an error saying which.
+//! 9. **Archived artifacts.** Each `ArtifactRequest` is signed in its own task, at most
+//!    [`MAX_ARTIFACT_REQUESTS_IN_FLIGHT`] per stream (more are answered retry at once). The job,
+//!    build and every file are checked again ([`varroa_link::artifacts::check_files`]: plain
+//!    relative paths, at most 1,000 files of at most 5 GiB, every key at most 1024 bytes), and
+//!    one presigned `PUT` URL per file is signed under
+//!    `artifacts/<cluster>/<ns>/<controller>/cell-<n>/` of this stream's certificate and hello
+//!    ([`varroa_blobs::Artifacts`]), valid for [`varroa_link::artifacts::URL_EXPIRY`]. A
+//!    directory store cannot presign: `UNSUPPORTED`, and the plugin uses Jenkins' own archiving.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -163,6 +171,14 @@ pub const LOG_RETRY_AFTER_MS: u32 = 2_000;
 /// configure one; the binary always has one).
 pub const NO_LOG_STORE_RETRY_AFTER_MS: u32 = 30_000;
 
+/// The most `ArtifactRequest`s one stream has being signed at once; more are answered retry
+/// ([`BUSY_RETRY_AFTER_MS`]) at once.
+pub const MAX_ARTIFACT_REQUESTS_IN_FLIGHT: usize = 4;
+/// How long signing one request's URLs may take (below the mite's 10 s wait).
+pub const ARTIFACT_SIGN_TIMEOUT: Duration = Duration::from_secs(8);
+/// The retry asked for when signing failed (the store's credentials are unavailable).
+pub const ARTIFACT_RETRY_AFTER_MS: u32 = 2_000;
+
 /// The most `ClaimRequest`s one stream has waiting for the ledger at once; more are answered
 /// `LEDGER_DOWN` with [`CLAIM_BUSY_RETRY_AFTER_MS`] at once.
 pub const MAX_CLAIMS_IN_FLIGHT: usize = 32;
@@ -204,6 +220,8 @@ pub struct Shared {
     logs: Option<Arc<LogSink>>,
     /// Where build claims are asked (core NATS request/reply); `None`: answered `LEDGER_DOWN`.
     ledger: Option<async_nats::Client>,
+    /// Where archived artifacts go (the log store); `None`: answered `UNSUPPORTED`.
+    artifacts: Option<Arc<varroa_blobs::Artifacts>>,
 }
 
 /// The service (cheap to clone).
@@ -227,6 +245,7 @@ impl Gateway {
         activity: Option<Activity>,
         logs: Option<Arc<LogSink>>,
         ledger: Option<async_nats::Client>,
+        artifacts: Option<Arc<varroa_blobs::Artifacts>>,
     ) -> Self {
         Gateway {
             shared: Arc::new(Shared {
@@ -240,6 +259,7 @@ impl Gateway {
                 activity,
                 logs,
                 ledger,
+                artifacts,
             }),
         }
     }
@@ -387,6 +407,7 @@ impl MiteLink for Gateway {
             batches: Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT)),
             log_chunks: Arc::new(Semaphore::new(MAX_LOG_CHUNKS_IN_FLIGHT)),
             claims: Arc::new(Semaphore::new(MAX_CLAIMS_IN_FLIGHT)),
+            artifact_requests: Arc::new(Semaphore::new(MAX_ARTIFACT_REQUESTS_IN_FLIGHT)),
         };
         // Everything from here runs in the session's own task: the handler returns at once, so a
         // client that goes away while the entry is written cannot leave a registered session
@@ -422,6 +443,8 @@ struct Session {
     log_chunks: Arc<Semaphore>,
     /// Permits for build claims waiting for the ledger.
     claims: Arc<Semaphore>,
+    /// Permits for artifact requests being signed.
+    artifact_requests: Arc<Semaphore>,
 }
 
 /// Where a stream's events come from: what the gateway stamps on them.
@@ -926,6 +949,136 @@ impl Session {
         });
     }
 
+    /// Starts signing an artifact request's URLs in its own task, or answers it at once
+    /// (malformed, no store that presigns, too many in flight).
+    fn artifact_request(&self, req: pb::ArtifactRequest, tx: &mpsc::Sender<Result<GatewayMessage, Status>>) {
+        let m = self.shared.metrics.clone();
+        let id = req.id;
+        let answer_now = |answer: pb::ArtifactAnswer| {
+            if tx.try_send(Ok(message(gateway_message::Kind::ArtifactAnswer(answer)))).is_err() {
+                tracing::warn!(mite = %self.key, "cannot queue an ArtifactAnswer: the mite does not read its stream");
+            }
+        };
+        let answer = |outcome: pb::ArtifactOutcome, retry_after_ms: u32, error: String| pb::ArtifactAnswer {
+            id,
+            outcome: outcome as i32,
+            retry_after_ms,
+            error: kv::bounded(&error, MAX_REJECTION_TEXT),
+            ..Default::default()
+        };
+        let refuse = |error: String| {
+            m.artifact_request("refused", 0);
+            tracing::warn!(mite = %self.key, id, error = %kv::bounded(&error, kv::MAX_SHORT_FIELD), "artifact request refused as malformed");
+            answer_now(answer(pb::ArtifactOutcome::Refused, 0, error));
+        };
+        let key = match varroa_blobs::ArtifactKey::new(
+            &self.shared.options.cluster,
+            self.controller.namespace(),
+            self.controller.controller(),
+            self.key.cell,
+            &req.job,
+            req.build,
+        ) {
+            Ok(k) => k,
+            Err(e) => return refuse(e.to_string()),
+        };
+        if let Err(e) = varroa_link::artifacts::check_files(req.files.iter().map(|f| (f.path.as_str(), f.size))) {
+            return refuse(e.to_string());
+        }
+        let Some(artifacts) = self.shared.artifacts.clone().filter(|a| a.store().can_presign()) else {
+            m.artifact_request("unsupported", 0);
+            let store = self.shared.artifacts.as_ref().map_or("none".to_owned(), |a| a.store().url().to_owned());
+            return answer_now(answer(
+                pb::ArtifactOutcome::Unsupported,
+                0,
+                format!(
+                    "artifacts need an s3:// store: this gateway's store ({store}) cannot presign upload URLs; archive \
+                     with Jenkins' own archiving"
+                ),
+            ));
+        };
+        let Ok(permit) = self.artifact_requests.clone().try_acquire_owned() else {
+            m.artifact_request("busy", 0);
+            return answer_now(answer(
+                pb::ArtifactOutcome::Retry,
+                BUSY_RETRY_AFTER_MS,
+                format!(
+                    "{MAX_ARTIFACT_REQUESTS_IN_FLIGHT} artifact requests of this controller cell are being signed; retry"
+                ),
+            ));
+        };
+        let files: Vec<(String, u64)> = req.files.into_iter().map(|f| (f.path, f.size)).collect();
+        let mite = self.key.clone();
+        let tx = tx.clone();
+        let wait = self.shared.options.heartbeat_interval * 3;
+        tokio::spawn(async move {
+            let signed = tokio::time::timeout(ARTIFACT_SIGN_TIMEOUT, artifacts.sign_puts(&key, &files)).await;
+            let reply = match signed {
+                Ok(Ok(s)) => {
+                    m.artifact_request("signed", s.uploads.len());
+                    tracing::debug!(%mite, build = %key.describe(), files = s.uploads.len(), "artifact upload URLs signed");
+                    let expires = s.expires.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    pb::ArtifactAnswer {
+                        id,
+                        outcome: pb::ArtifactOutcome::Signed as i32,
+                        uploads: s
+                            .uploads
+                            .into_iter()
+                            .map(|(path, url)| pb::ArtifactUpload { path, url: url.to_string() })
+                            .collect(),
+                        expires_at_unix_ms: i64::try_from(expires.as_millis()).unwrap_or(i64::MAX),
+                        ..Default::default()
+                    }
+                }
+                Ok(Err(varroa_blobs::SignError::Invalid(e))) => {
+                    m.artifact_request("refused", 0);
+                    tracing::warn!(%mite, id, error = %e, "artifact request refused as malformed");
+                    pb::ArtifactAnswer {
+                        id,
+                        outcome: pb::ArtifactOutcome::Refused as i32,
+                        error: kv::bounded(&e.to_string(), MAX_REJECTION_TEXT),
+                        ..Default::default()
+                    }
+                }
+                Ok(Err(e @ varroa_blobs::SignError::Unsupported { .. })) => {
+                    m.artifact_request("unsupported", 0);
+                    pb::ArtifactAnswer {
+                        id,
+                        outcome: pb::ArtifactOutcome::Unsupported as i32,
+                        error: kv::bounded(&e.to_string(), MAX_REJECTION_TEXT),
+                        ..Default::default()
+                    }
+                }
+                Ok(Err(varroa_blobs::SignError::Store(e))) => {
+                    m.artifact_request("retry", 0);
+                    tracing::warn!(%mite, id, error = %e, "cannot sign artifact upload URLs now");
+                    pb::ArtifactAnswer {
+                        id,
+                        outcome: pb::ArtifactOutcome::Retry as i32,
+                        retry_after_ms: ARTIFACT_RETRY_AFTER_MS,
+                        error: kv::bounded(&format!("cannot sign upload URLs now ({e}); retry"), MAX_REJECTION_TEXT),
+                        ..Default::default()
+                    }
+                }
+                Err(_) => {
+                    m.artifact_request("retry", 0);
+                    pb::ArtifactAnswer {
+                        id,
+                        outcome: pb::ArtifactOutcome::Retry as i32,
+                        retry_after_ms: ARTIFACT_RETRY_AFTER_MS,
+                        error: format!("signing did not finish within {ARTIFACT_SIGN_TIMEOUT:?}; retry"),
+                        ..Default::default()
+                    }
+                }
+            };
+            let msg = Ok(message(gateway_message::Kind::ArtifactAnswer(reply)));
+            if let Ok(Err(_)) | Err(_) = tokio::time::timeout(wait, tx.send(msg)).await {
+                tracing::debug!(%mite, "the stream ended before its ArtifactAnswer could be sent");
+            }
+            drop(permit);
+        });
+    }
+
     /// Starts asking the ledger for a claim in its own task, or answers it at once (malformed, too
     /// many in flight, no budget left, no NATS client).
     fn claim_request(&self, req: pb::ClaimRequest, tx: &mpsc::Sender<Result<GatewayMessage, Status>>) {
@@ -1127,6 +1280,10 @@ impl Session {
                         Some(mite_message::Kind::LogChunk(chunk)) => {
                             self.shared.metrics.message("log_chunk");
                             self.log_chunk(chunk, &tx);
+                        }
+                        Some(mite_message::Kind::ArtifactRequest(req)) => {
+                            self.shared.metrics.message("artifact_request");
+                            self.artifact_request(req, &tx);
                         }
                         Some(mite_message::Kind::ClaimRequest(req)) => {
                             self.shared.metrics.message("claim_request");

@@ -12,6 +12,8 @@
 //!   JSON shapes and validation, the stream's settings and subjects.
 //! - [`claims`]: build claims (plugin -> mite -> gateway -> the ledger over NATS request/reply):
 //!   the plugin's request and answer, the ledger's request and answer, the budget rule.
+//! - [`artifacts`]: archived artifacts (plugin -> mite -> gateway for presigned upload URLs, then
+//!   plugin -> the blob store): the plugin's request, the path rules, the answer.
 //! - [`activity`]: activity events and their subjects (`activity.<cluster>.<ns>.<ctrl>`).
 //! - [`nats`]: connecting to NATS with a credential re-read from a file on every (re)connect,
 //!   so a rotated password needs no restart (every Varroa component connects this way).
@@ -21,6 +23,7 @@
 //! on a field name, a key layout or a bucket setting.
 
 pub mod activity;
+pub mod artifacts;
 pub mod builds;
 pub mod claims;
 pub mod client;

@@ -47,6 +47,11 @@
 //! finds nobody waiting and is dropped. The claims still waiting when the stream ends are failed
 //! at once (the listener answers them as the controller's whenLedgerDown says).
 //!
+//! **Archived artifacts.** The same once more: each request for upload URLs is numbered, sent as
+//! an `ArtifactRequest`, and answered when the gateway's `ArtifactAnswer` with that number
+//! arrives; the requests still waiting when the stream ends are failed (503: the plugin asks
+//! again).
+//!
 //! **Shutdown.** [`MiteHandle::shutdown`] (SIGTERM in the binary) half-closes the request stream,
 //! waits briefly for the gateway to end the response stream, and returns.
 
@@ -747,6 +752,7 @@ impl Link {
         let mut pending = Pending::<pb::EventsAck>::new("batch");
         let mut pending_logs = Pending::<pb::LogAck>::new("chunk");
         let mut pending_claims = Pending::<pb::ClaimAnswer>::new("claim");
+        let mut pending_artifacts = Pending::<pb::ArtifactAnswer>::new("artifact request");
         let s = &self.settings;
         Metrics::inc(&self.metrics.dials, "outcome", "welcomed");
         self.metrics.stream_up.set(1);
@@ -775,6 +781,7 @@ impl Link {
                     Some(mite_message::Kind::BuildEvents(_)) => "build_events",
                     Some(mite_message::Kind::LogChunk(_)) => "log_chunk",
                     Some(mite_message::Kind::ClaimRequest(_)) => "claim_request",
+                    Some(mite_message::Kind::ArtifactRequest(_)) => "artifact_request",
                     _ => "hello",
                 };
                 match tokio::time::timeout(send_timeout, tx.send(m)).await {
@@ -819,6 +826,7 @@ impl Link {
                         Some(gateway_message::Kind::EventsAck(ack)) => pending.complete(ack.batch, ack),
                         Some(gateway_message::Kind::LogAck(ack)) => pending_logs.complete(ack.id, ack),
                         Some(gateway_message::Kind::ClaimAnswer(answer)) => pending_claims.complete(answer.id, answer),
+                        Some(gateway_message::Kind::ArtifactAnswer(answer)) => pending_artifacts.complete(answer.id, answer),
                         Some(gateway_message::Kind::Welcome(_)) | None => {}
                     },
                     Ok(None) => return Ok(SessionEnd::Closed("the gateway closed the stream".into())),
@@ -861,6 +869,11 @@ impl Link {
                         let mut claim = c.claim;
                         claim.id = pending_claims.add(c.respond);
                         send(pb::MiteMessage { kind: Some(mite_message::Kind::ClaimRequest(claim)) }).await?;
+                    }
+                    Outbound::Artifacts(a) => {
+                        let mut request = a.request;
+                        request.id = pending_artifacts.add(a.respond);
+                        send(pb::MiteMessage { kind: Some(mite_message::Kind::ArtifactRequest(request)) }).await?;
                     }
                 },
                 r = self.results.recv() => {

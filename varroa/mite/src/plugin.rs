@@ -35,6 +35,16 @@
 //!   [`MAX_CLAIMS_IN_FLIGHT`] claims at once are answered as the controller's
 //!   [`WhenLedgerDown`] says: `retry` (failClosed) or `ungated` (failOpen). An answer that
 //!   arrives later is dropped.
+//! - **`POST /v1/artifacts/{job}/{build}`.** A finished build's request for upload URLs of its
+//!   archived artifacts (the job and build as in `/v1/logs`; the body
+//!   [`artifacts::parse_request`]: `{"v": 1, "files": [{"path", "size"}]}`, `400` naming the field:
+//!   a path with `..`, `.` or empty segments, absolute, with a backslash or control characters,
+//!   more than 1,000 files, a file over 5 GiB; `413` above [`artifacts::MAX_REQUEST_BYTES`]). It
+//!   goes over the current gateway stream as an `ArtifactRequest`; the answer waits for its
+//!   `ArtifactAnswer` (at most [`ACK_TIMEOUT`]): `200 {"uploads": [{"path", "url"}], "expires"}`,
+//!   `400` (the gateway refused it), `501` (the gateway's store cannot presign: an `s3://` store
+//!   is needed; the plugin archives with Jenkins' own archiving), `503` with `Retry-After` (the
+//!   stream is down, no answer in time, the gateway cannot sign now).
 //! - At most [`MAX_IN_FLIGHT`] requests are served at once; more get `503` with `Retry-After: 1`.
 //!
 //! The link's session ([`crate::link`]) owns the other end: while a stream is welcomed it
@@ -66,6 +76,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use varroa_link::artifacts;
 use varroa_link::builds::{MAX_EVENTS_PER_BATCH, MAX_REQUEST_BYTES, parse_event, raw_id};
 use varroa_link::claims::{self, WhenLedgerDown};
 use varroa_link::proto::v1 as pb;
@@ -128,6 +139,15 @@ pub(crate) struct OutboundClaim {
     pub respond: oneshot::Sender<Result<pb::ClaimAnswer, String>>,
 }
 
+/// An artifact request for the gateway, and where its answer goes.
+#[derive(Debug)]
+pub(crate) struct OutboundArtifacts {
+    /// The request (its `id` is set by the link).
+    pub request: pb::ArtifactRequest,
+    /// Completed with the gateway's answer, or with the reason the stream could not carry it.
+    pub respond: oneshot::Sender<Result<pb::ArtifactAnswer, String>>,
+}
+
 /// What the plugin listener hands the current stream.
 #[derive(Debug)]
 pub(crate) enum Outbound {
@@ -137,6 +157,8 @@ pub(crate) enum Outbound {
     Log(OutboundChunk),
     /// A build claim.
     Claim(OutboundClaim),
+    /// An artifact request.
+    Artifacts(OutboundArtifacts),
 }
 
 /// Where the current gateway stream takes batches and chunks: empty while no stream is
@@ -237,6 +259,7 @@ pub(crate) struct PluginMetrics {
     claims: Family<Outcome, Counter>,
     claims_undecided: Family<Why, Counter>,
     claims_in_flight: Gauge,
+    artifact_requests: Family<Outcome, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -278,10 +301,18 @@ impl PluginMetrics {
             self.claims_undecided.clone(),
         );
         r.register(
+            "varroa_mite_plugin_artifact_requests",
+            "Artifact upload requests of the plugin by outcome (signed, refused: malformed, unsupported: the store cannot presign, retry: answered 503)",
+            self.artifact_requests.clone(),
+        );
+        r.register(
             "varroa_mite_plugin_claims_in_flight",
             "Build claims waiting for the ledger's answer now",
             self.claims_in_flight.clone(),
         );
+    }
+    fn artifacts(&self, outcome: &'static str) {
+        self.artifact_requests.get_or_create(&Outcome { outcome }).inc();
     }
     fn claim(&self, outcome: &'static str) {
         self.claims.get_or_create(&Outcome { outcome }).inc();
@@ -526,14 +557,19 @@ async fn route(state: &State, req: &Parts, body: &mut Option<Incoming>) -> Answe
             Some(b) => logs(state, req, b).await,
             None => Answer::error(StatusCode::BAD_REQUEST, "bad_request", "no body"),
         },
+        p if p.starts_with("/v1/artifacts/") && post => match body.take() {
+            Some(b) => artifact_urls(state, req, b).await,
+            None => Answer::error(StatusCode::BAD_REQUEST, "bad_request", "no body"),
+        },
         "/v1/events" | "/v1/claims" => Answer::method("POST", &req.method),
-        p if p.starts_with("/v1/logs/") => Answer::method("POST", &req.method),
+        p if p.starts_with("/v1/logs/") || p.starts_with("/v1/artifacts/") => Answer::method("POST", &req.method),
         p => Answer::error(
             StatusCode::NOT_FOUND,
             "not_found",
             format!(
-                "no such endpoint {:?}: this mite serves POST /v1/events, POST /v1/claims and POST \
-                 /v1/logs/{{job}}/{{build}}?offset=N (docs/varroa/plugin-protocol.md)",
+                "no such endpoint {:?}: this mite serves POST /v1/events, POST /v1/claims, POST \
+                 /v1/logs/{{job}}/{{build}}?offset=N and POST /v1/artifacts/{{job}}/{{build}} \
+                 (docs/varroa/plugin-protocol.md)",
                 varroa_link::kv::bounded(p, 128)
             ),
         ),
@@ -1117,6 +1153,148 @@ async fn logs(state: &State, req: &Parts, body: Incoming) -> Answer {
             } else {
                 error
             },
+        ),
+    }
+}
+
+/// Parses `/v1/artifacts/{job}/{build}`; the error names what is wrong and the fix.
+fn artifact_target(path: &str) -> Result<(String, u64), String> {
+    let shape = "POST /v1/artifacts/{job}/{build}, the job's folders separated by '/' and each percent-encoded";
+    let rest = path.strip_prefix("/v1/artifacts/").unwrap_or_default();
+    let Some((raw_job, raw_build)) = rest.rsplit_once('/') else {
+        return Err(format!("build: no build number in the path; send {shape}"));
+    };
+    let job = percent_decode(raw_job).ok_or_else(|| format!("job: not valid percent-encoded UTF-8; send {shape}"))?;
+    if let Some(why) = varroa_blobs::logs::job_problem(&job) {
+        return Err(format!("job {:?}: {why}", varroa_link::kv::bounded(&job, 128)));
+    }
+    match raw_build.parse::<u64>() {
+        Ok(n) if (1..=varroa_link::builds::MAX_BUILD).contains(&n) && raw_build.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok((job, n))
+        }
+        _ => Err(format!(
+            "build {:?}: not a build number (1 to 2^53); send {shape}",
+            varroa_link::kv::bounded(raw_build, 32)
+        )),
+    }
+}
+
+async fn artifact_urls(state: &State, req: &Parts, body: Incoming) -> Answer {
+    let m = &state.metrics;
+    let refused = |status: StatusCode, outcome: &'static str, text: String| {
+        m.artifacts("refused");
+        Answer::error(status, outcome, varroa_link::kv::bounded(&text, MAX_ERROR_TEXT))
+    };
+    let (job, build) = match artifact_target(req.uri.path()) {
+        Ok(t) => t,
+        Err(e) => return refused(StatusCode::BAD_REQUEST, "bad_request", e),
+    };
+    let Ok(permit) = state.permits.clone().try_acquire_owned() else {
+        m.artifacts("retry");
+        return Answer::retry("busy", 1, format!("the mite is serving {MAX_IN_FLIGHT} requests already; retry"));
+    };
+    let _in_flight = InFlight::new(permit, &m.in_flight);
+    let body = match read_body(body, declared_length(req), artifacts::MAX_REQUEST_BYTES).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
+            return refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("request: larger than {} bytes; ask for fewer files at once", artifacts::MAX_REQUEST_BYTES),
+            );
+        }
+        Err(BodyError::Read(e)) => {
+            return Answer::error(StatusCode::BAD_REQUEST, "bad_request", format!("cannot read the body: {e}"));
+        }
+        Err(BodyError::Timeout) => {
+            return Answer::error(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!("the body did not arrive within {READ_TIMEOUT:?}"),
+            );
+        }
+    };
+    let request = match artifacts::parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::info!(error = %e, "artifact request refused as malformed");
+            return refused(StatusCode::BAD_REQUEST, "bad_request", e.to_string());
+        }
+    };
+    let retry = |outcome: &'static str, seconds: u64, text: String| {
+        m.artifacts("retry");
+        Answer::retry(outcome, seconds, text)
+    };
+    let Some(tx) = state.slot.current() else {
+        return retry(
+            "stream_down",
+            RETRY_STREAM_DOWN,
+            "the mite's stream to the gateway is down (it is reconnecting); keep the artifacts and retry".into(),
+        );
+    };
+    let request = pb::ArtifactRequest {
+        id: 0,
+        job,
+        build,
+        files: request.files.into_iter().map(|f| pb::ArtifactFile { path: f.path, size: f.size }).collect(),
+    };
+    let (respond, answer) = oneshot::channel();
+    let forwarded = tokio::time::timeout(ACK_TIMEOUT, async move {
+        tx.send(Outbound::Artifacts(OutboundArtifacts { request, respond }))
+            .await
+            .map_err(|_| "the gateway stream ended".to_owned())?;
+        answer.await.map_err(|_| "the gateway stream ended before the request was answered".to_owned())?
+    })
+    .await;
+    let a = match forwarded {
+        Ok(Ok(a)) => a,
+        Ok(Err(why)) => return retry("stream_down", RETRY_STREAM_DOWN, format!("{why}; retry")),
+        Err(_) => {
+            return retry(
+                "ack_timeout",
+                RETRY_ACK_TIMEOUT,
+                format!("the gateway did not answer within {ACK_TIMEOUT:?}; retry"),
+            );
+        }
+    };
+    let error = varroa_link::kv::bounded(&a.error, MAX_ERROR_TEXT);
+    match pb::ArtifactOutcome::try_from(a.outcome).unwrap_or(pb::ArtifactOutcome::Unspecified) {
+        pb::ArtifactOutcome::Signed => {
+            m.artifacts("signed");
+            let expires = artifacts::expires_text(a.expires_at_unix_ms);
+            let answer = artifacts::Answer {
+                uploads: a.uploads.into_iter().map(|u| artifacts::Upload { path: u.path, url: u.url }).collect(),
+                expires,
+            };
+            Answer {
+                status: StatusCode::OK,
+                body: serde_json::to_value(&answer).unwrap_or_default(),
+                retry_after: None,
+                allow: None,
+                outcome: "ok",
+            }
+        }
+        pb::ArtifactOutcome::Refused => refused(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            if error.is_empty() { "the gateway refused the request as malformed".into() } else { error },
+        ),
+        pb::ArtifactOutcome::Unsupported => {
+            m.artifacts("unsupported");
+            Answer::error(
+                StatusCode::NOT_IMPLEMENTED,
+                "unsupported",
+                if error.is_empty() {
+                    "artifacts need an s3:// store; archive with Jenkins' own archiving".into()
+                } else {
+                    error
+                },
+            )
+        }
+        pb::ArtifactOutcome::Retry | pb::ArtifactOutcome::Unspecified => retry(
+            "gateway_retry",
+            u64::from(a.retry_after_ms).div_ceil(1000),
+            if error.is_empty() { "the gateway cannot sign upload URLs now; retry".into() } else { error },
         ),
     }
 }
