@@ -243,3 +243,40 @@ async fn two_pruners_share_the_queue_without_doing_anything_twice() {
         assert!(!logs.state(&key(JOB, n)).await.unwrap().exists(), "build {n}'s log is gone");
     }
 }
+
+/// An unusable log store stops the start, naming the flag and the fix (nothing is contacted).
+#[tokio::test]
+async fn an_unusable_log_store_stops_the_start_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |store: StoreSettings| varroa_recorder::RecorderConfig {
+        database: varroa_recorder::DbSettings {
+            url: "postgres://varroa@127.0.0.1:1/records".into(),
+            password_file: None,
+            application_name: "test".into(),
+        },
+        nats: varroa_link::nats::ConnectSettings {
+            url: "nats://127.0.0.1:1".into(),
+            credentials_file: None,
+            name: "test".into(),
+            max_reconnect_delay: Duration::from_millis(500),
+        },
+        health_listen: "127.0.0.1:0".parse().unwrap(),
+        consumers: varroa_recorder::ConsumerSettings {
+            batch_size: 16,
+            ack_wait: Duration::from_secs(30),
+            stream_replicas: 1,
+        },
+        retention: settings_with(store),
+    };
+    for (store, why) in [
+        (StoreSettings::new("s3://Bad_Bucket/x"), "lowercase"),
+        (StoreSettings::new("/var/lib/varroa/logs"), "not a URL"),
+        (
+            StoreSettings { credentials_file: Some(dir.path().join("missing")), ..StoreSettings::new("s3://logs/x") },
+            "credentials file",
+        ),
+    ] {
+        let e = varroa_recorder::start(config(store)).await.unwrap_err().to_string();
+        assert!(e.starts_with("--log-store: ") && e.contains(why), "{e}");
+    }
+}
