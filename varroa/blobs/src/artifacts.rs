@@ -248,6 +248,11 @@ impl Artifacts {
         Ok(out)
     }
 
+    /// The bytes of a build's file `path`, or `None` when there is none.
+    pub async fn read(&self, key: &ArtifactKey, path: &str) -> Result<Option<bytes::Bytes>, BlobError> {
+        self.store.read(&self.object(key, path), 0).await
+    }
+
     /// The cells that archived anything of a controller (`cell-<n>` under its prefix), sorted.
     pub async fn cells(&self, cluster: &str, namespace: &str, controller: &str) -> Result<Vec<u32>, BlobError> {
         let dir =

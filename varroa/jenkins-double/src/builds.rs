@@ -105,6 +105,10 @@ pub struct JobConfig {
     /// `GET /varroa/inventory` as the plugin's trigger inventory; none by default.
     #[serde(default)]
     pub schedules: Vec<Schedule>,
+    /// The files its builds archive (`{path, content}` or `{path, size}`), uploaded through the
+    /// plugin's artifacts client when a build finishes; none by default.
+    #[serde(default)]
+    pub artifacts: Vec<crate::artifacts::ArtifactConfig>,
 }
 
 impl JobConfig {
@@ -128,6 +132,7 @@ impl JobConfig {
             queue_ms: 0,
             node: None,
             schedules: Vec::new(),
+            artifacts: Vec::new(),
         }
     }
 
@@ -770,6 +775,8 @@ pub struct BuildsOptions {
     pub plugin: Option<Arc<PluginClient>>,
     /// The plugin's console log sender; without it logs are only served (`consoleText`).
     pub logs: Option<Arc<LogsClient>>,
+    /// The plugin's artifacts client: a finished build of a job with `artifacts` uploads them.
+    pub artifacts: Option<crate::artifacts::ArtifactsClient>,
     /// This double's instance, in its claim ids (`q-<instance>-<queue id>`), so two cells' queue
     /// items never share an id. Default: 8 random hex digits.
     pub instance: String,
@@ -791,6 +798,7 @@ impl Default for BuildsOptions {
             numbers: Arc::new(LocalNumbers),
             plugin: None,
             logs: None,
+            artifacts: None,
             instance: format!("{:08x}", crate::rand_u64() as u32),
             wait_for_room: false,
             keep_builds: 100,
@@ -857,6 +865,11 @@ impl Builds {
     /// The console log sender, if there is one.
     pub fn logs(&self) -> Option<&Arc<LogsClient>> {
         self.opts.logs.as_ref()
+    }
+
+    /// The artifacts client, if there is one.
+    pub fn artifacts(&self) -> Option<&crate::artifacts::ArtifactsClient> {
+        self.opts.artifacts.as_ref()
     }
 
     /// Where build numbers come from.
@@ -1098,6 +1111,11 @@ impl Builds {
                 self.update_item(queue_id, |i| i.state = ItemState::Finished);
             }
             self.emit(&step.event).await;
+            if let (EventBody::Finished { .. }, Some(a)) = (&step.event.body, &self.opts.artifacts)
+                && !job.artifacts.is_empty()
+            {
+                a.spawn(&job.name, number, job.artifacts.clone());
+            }
             self.touch();
         }
     }

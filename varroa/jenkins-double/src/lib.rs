@@ -35,7 +35,8 @@
 //! Build jobs come from [`Options::build_jobs`] (the binary's `--jobs-file`); [`builds`] runs
 //! them and, with a plugin URL, sends their events through [`plugin`], the Varroa plugin's side of
 //! the localhost protocol (docs/varroa/plugin-protocol.md), their console logs through [`logs`],
-//! and with [`Options::claims`] asks a build claim for every queued build through [`claims`]. Their builds in the quiet period are
+//! the files of jobs that declare `artifacts` through [`artifacts`] (presigned uploads straight
+//! to the store), and with [`Options::claims`] asks a build claim for every queued build through [`claims`]. Their builds in the quiet period are
 //! queue items in `/queue/api/json`, and running builds hold executors in `/computer/api/json`.
 //!
 //! # Security, as Jenkins with security on
@@ -86,6 +87,7 @@
 //! stand-in plugin files the double reads as plugins, and `plugin-versions.json` with their
 //! digests; `varroa-jenkins-double relock` rewrites a version profile's lock to those digests.
 
+pub mod artifacts;
 pub mod builds;
 mod casc;
 pub mod claims;
@@ -417,6 +419,13 @@ impl JenkinsDouble {
             })?)),
             _ => None,
         };
+        let artifacts = match &opts.plugin {
+            Some(p) => Some(artifacts::ArtifactsClient::new(artifacts::ArtifactsConfig::new(
+                p.url.clone(),
+                p.token_file.clone(),
+            ))?),
+            None => None,
+        };
         let builds = builds::Builds::new(builds::BuildsOptions {
             jobs: opts.build_jobs.clone(),
             time_scale: opts.time_scale,
@@ -424,6 +433,7 @@ impl JenkinsDouble {
             numbers,
             plugin,
             logs,
+            artifacts,
             instance: opts.instance.clone().unwrap_or_else(|| format!("{:08x}", rand_u64() as u32)),
             wait_for_room: false,
             keep_builds: opts.keep_builds,
@@ -607,6 +617,11 @@ impl JenkinsDouble {
     /// The claims client's counters, when the double asks build claims.
     pub fn claim_counters(&self) -> Option<claims::ClaimCounters> {
         self.shared.claims.as_ref().map(|c| c.counters())
+    }
+
+    /// The artifacts client's counters, when the double has a plugin URL.
+    pub fn artifact_counters(&self) -> Option<artifacts::ArtifactCounters> {
+        self.shared.builds.artifacts().map(|a| a.counters())
     }
 
     /// The console log sender's counters, when the double sends logs.

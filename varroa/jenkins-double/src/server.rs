@@ -741,6 +741,10 @@ async fn admin_endpoint(shared: &Shared, path: String, req: Request<Incoming>) -
                 }
                 None => json!({"enabled": false}),
             };
+            v["artifacts"] = match shared.builds.artifacts() {
+                Some(a) => serde_json::to_value(a.counters()).unwrap_or_default(),
+                None => json!({"enabled": false}),
+            };
             v["logs"] = match shared.builds.logs() {
                 Some(l) => {
                     let mut l = serde_json::to_value(l.counters()).unwrap_or_default();
