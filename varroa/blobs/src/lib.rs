@@ -7,7 +7,8 @@
 //! - [`credentials`]: S3 credentials from a file, re-read when it changes.
 //! - [`logs`]: a console log's objects (one per chunk, named by its start offset, and a
 //!   completion marker), the gateway's chunk writer with its offset semantics and end cache,
-//!   reading and following a log; the live-tail notice the gateway publishes on core NATS.
+//!   reading, following and deleting a log; the live-tail notice the gateway publishes on core
+//!   NATS.
 //! - `testing` (cargo feature `testing`): a real moto S3 server, and a TCP proxy that can cut the
 //!   way to it.
 //!
