@@ -73,6 +73,10 @@ pub enum Command {
     /// ends.
     #[command(after_help = EXIT_CODES)]
     Logs(LogsArgs),
+    /// List a build's archived artifacts (path, size) from the blob store, under the prefix of
+    /// the cell that ran it (found in the build record store).
+    #[command(after_help = EXIT_CODES)]
+    Artifacts(crate::cmd::artifacts::ArtifactsArgs),
     /// Print a shell completion script: `source <(varroa completion bash)`.
     Completion(CompletionArgs),
 }

@@ -19,6 +19,7 @@
 //! | activity | cmd/activity.rs |
 //! | schedules | cmd/schedules.rs |
 //! | logs (the log store, through varroa-blobs) | cmd/logs.rs |
+//! | artifacts (the blob store, through varroa-blobs) | cmd/artifacts.rs |
 //! | completion | cmd/completion.rs |
 
 /// Print to stdout like `print!`, without panicking when the reader went away
@@ -57,6 +58,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Activity(args) => cmd::activity::run(&cli.global, args).await,
         Command::Schedules(args) => cmd::schedules::run(&cli.global, args).await,
         Command::Logs(args) => cmd::logs::run(&cli.global, args).await,
+        Command::Artifacts(args) => cmd::artifacts::run(&cli.global, args).await,
         command => {
             let t = client::connect(&cli.global).await?;
             match command {
@@ -69,7 +71,8 @@ pub async fn run(cli: Cli) -> Result<()> {
                 | Command::Build(_)
                 | Command::Activity(_)
                 | Command::Schedules(_)
-                | Command::Logs(_) => Ok(()),
+                | Command::Logs(_)
+                | Command::Artifacts(_) => Ok(()),
             }
         }
     }

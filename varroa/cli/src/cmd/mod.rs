@@ -1,6 +1,7 @@
 //! The subcommands.
 
 pub mod activity;
+pub mod artifacts;
 pub mod builds;
 pub mod completion;
 pub mod describe;
