@@ -3,7 +3,7 @@
 //! changes; a new CA also rolls the pod, through the restart digest).
 
 use crate::controller::{Context, MANAGER};
-use crate::error::{Error, Result};
+use crate::error::{Blocker, CaError, Error, Result};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -63,26 +63,24 @@ pub fn gateway_ca_changes(
 }
 
 /// Reads the gateway CA; the error says what is missing and the fix.
-pub async fn gateway_ca(ctx: &Context) -> std::result::Result<CertificateAuthority, String> {
-    let (ns, name) = ctx.config.gateway_ca();
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+pub async fn gateway_ca(ctx: &Context) -> std::result::Result<CertificateAuthority, CaError> {
+    let (namespace, name) = ctx.config.gateway_ca();
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret = match api.get_opt(&name).await {
         Ok(Some(s)) => s,
-        Ok(None) => {
-            return Err(format!(
-                "the gateway CA Secret {ns}/{name} does not exist: create it with the CA's tls.crt and tls.key (see docs/varroa/operator.md), or point --gateway-ca-secret at yours"
-            ));
-        }
-        Err(e) => return Err(format!("reading the gateway CA Secret {ns}/{name}: {e}")),
+        Ok(None) => return Err(CaError::Missing { namespace, name }),
+        Err(e) => return Err(CaError::Unreadable { namespace, name, message: e.to_string() }),
     };
     let data = secret.data.unwrap_or_default();
     let text = |k: &str| data.get(k).map(|b| String::from_utf8_lossy(&b.0).into_owned());
     let (Some(cert), Some(key)) = (text("tls.crt"), text("tls.key")) else {
-        return Err(format!(
-            "the gateway CA Secret {ns}/{name} lacks tls.crt or tls.key: store the CA certificate and key under those keys"
-        ));
+        return Err(CaError::Incomplete { namespace, name });
     };
-    CertificateAuthority::from_pem(&cert, &key).map_err(|e| format!("the gateway CA Secret {ns}/{name}: {e}"))
+    CertificateAuthority::from_pem(&cert, &key).map_err(|e| CaError::Invalid {
+        namespace,
+        name,
+        message: e.to_string(),
+    })
 }
 
 /// Reads one of the operator's own Secrets without the `get` verb (which RBAC would have to grant
@@ -146,9 +144,9 @@ pub async fn ensure_mite_secret(ctx: &Context, c: &Controller, ca: &CertificateA
             live_data.get("tls.key").cloned().unwrap_or_default(),
         ),
         Some(_) => {
-            let issued = ca
-                .issue_mite(&id, ctx.config.mite_cert_validity, now)
-                .map_err(|e| Error::Blocked(format!("issuing the mite certificate of {ns}/{}: {e}", c.name_any())))?;
+            let issued = ca.issue_mite(&id, ctx.config.mite_cert_validity, now).map_err(|e| {
+                Blocker::MiteCertificate { namespace: ns.clone(), name: c.name_any(), message: e.to_string() }
+            })?;
             (ByteString(issued.cert_pem.into_bytes()), ByteString(issued.key_pem.into_bytes()))
         }
     };
@@ -208,9 +206,7 @@ fn valid_token(t: &[u8]) -> bool {
 fn new_token() -> Result<String> {
     use ring::rand::SecureRandom;
     let mut bytes = [0u8; 32];
-    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| {
-        Error::Blocked("the system's random number generator failed; cannot make the mite's token".into())
-    })?;
+    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| Blocker::Random)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 

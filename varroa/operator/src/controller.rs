@@ -18,7 +18,7 @@
 //!    lifecycle activity of what the write changed (crate::activity; only with NATS).
 
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Blocker, Error, Result};
 use crate::metrics::{ErrorLabels, Metrics, ResultLabels};
 use crate::mite::MiteSource;
 use crate::objects::{self, PodInputs};
@@ -396,15 +396,15 @@ where
 }
 
 /// Renders the configuration, fetching remote inputs.
-async fn render(ctx: &Context, c: &Controller) -> Result<varroa_config::Rendered, String> {
+async fn render(ctx: &Context, c: &Controller) -> Result<varroa_config::Rendered, Blocker> {
     let ns = c.namespace().unwrap_or_default();
     let mut world = ctx.world.world_for(&ns);
     crate::fetch::fetch_inputs(&ctx.fetcher, c, &mut world, true).await;
-    varroa_config::render(c, &world).map_err(|e| e.to_string())
+    Ok(varroa_config::render(c, &world)?)
 }
 
 /// The update site plugins-init downloads from.
-fn update_site(ctx: &Context, r: &varroa_config::Rendered) -> std::result::Result<String, String> {
+fn update_site(ctx: &Context, r: &varroa_config::Rendered) -> Result<String, Blocker> {
     match &r.settings.settings.update_center {
         None => Ok(ctx.config.default_update_site.clone()),
         Some(name) => ctx
@@ -414,9 +414,7 @@ fn update_site(ctx: &Context, r: &varroa_config::Rendered) -> std::result::Resul
             .iter()
             .find(|u| u.name_any() == *name)
             .map(|u| u.spec.url.clone())
-            .ok_or_else(|| {
-                format!("UpdateCenter {name} does not exist: create it, or remove updateCenter from the settings")
-            }),
+            .ok_or_else(|| Blocker::UnknownUpdateCenter { name: name.clone() }),
     }
 }
 
@@ -443,33 +441,33 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
     let ns = c.namespace().unwrap_or_default();
     let mite = ctx.mites.state(&ns, &c.name_any());
 
-    // 1-2. Configuration and the gateway CA.
-    let rendered = render(ctx, c).await;
-    let ca = crate::certs::gateway_ca(ctx).await;
-    let blocked = match (&rendered, &ca) {
-        (Err(e), _) => Some(e.clone()),
-        (Ok(r), _) if update_site(ctx, r).is_err() => update_site(ctx, r).err(),
-        (_, Err(e)) => Some(e.clone()),
-        _ => None,
+    // 1-2. Configuration and the gateway CA (the first that is missing blocks: the configuration,
+    // its update site, the CA).
+    let resolved = async {
+        let r = render(ctx, c).await?;
+        let site = update_site(ctx, &r)?;
+        let ca = crate::certs::gateway_ca(ctx).await?;
+        Ok::<_, Blocker>((r, ca, site))
     };
-    if let Some(reason) = blocked {
-        let (sts, pods) = read_workload(ctx, c).await?;
-        let now = jiff::Timestamp::now();
-        let inputs = Inputs {
-            controller: c,
-            rendered: Err(reason.clone()),
-            failed: None,
-            ingress_conflict: None,
-            stateful_set: sts.as_ref(),
-            pods: &pods,
-            mite: &mite,
-            now,
-        };
-        ctx.finish(c, inputs, false).await?;
-        return Err(Error::Blocked(reason));
-    }
-    let (Ok(r), Ok(ca)) = (rendered, ca) else { return Err(Error::Blocked("unreachable".into())) };
-    let site = update_site(ctx, &r).map_err(Error::Blocked)?;
+    let (r, ca, site) = match resolved.await {
+        Ok(v) => v,
+        Err(reason) => {
+            let (sts, pods) = read_workload(ctx, c).await?;
+            let now = jiff::Timestamp::now();
+            let inputs = Inputs {
+                controller: c,
+                rendered: Err(&reason),
+                failed: None,
+                ingress_conflict: None,
+                stateful_set: sts.as_ref(),
+                pods: &pods,
+                mite: &mite,
+                now,
+            };
+            ctx.finish(c, inputs, false).await?;
+            return Err(Error::Blocked(reason));
+        }
+    };
 
     // 3. The objects (hibernated: parked at zero until woken).
     let hibernated = hibernating(ctx, c, &r, &mite).await?;
@@ -574,7 +572,7 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
     match ctx.mites.publish_desired(&ns, &c.name_any(), entry).await {
         Ok(true) => ctx.metrics.writes.record("DesiredConfiguration", opkit::apply::Outcome::Updated),
         Ok(false) => {}
-        Err(e) => return Err(Error::Link(e)),
+        Err(e) => return Err(e.into()),
     }
     let mut next = ctx.config.resync_interval;
     if let Some(n) = next_cell_check {

@@ -30,6 +30,7 @@
 //! out, so controllers go `Mite unreachable` rather than pretending. A desired write that fails is
 //! a reconcile error (retried with back-off); the Kubernetes objects are written before it.
 
+use crate::error::LinkError;
 use crate::mite::{MiteSource, MiteState};
 use async_nats::jetstream::kv::{Operation, Store};
 use futures::StreamExt;
@@ -116,17 +117,20 @@ impl KvLink {
 
     /// Writes the controller's desired configuration unless the bucket holds it already.
     /// Returns whether it wrote.
-    pub async fn publish_desired(&self, namespace: &str, name: &str, entry: DesiredEntry) -> Result<bool, String> {
+    pub async fn publish_desired(&self, namespace: &str, name: &str, entry: DesiredEntry) -> Result<bool, LinkError> {
         let key = (namespace.to_string(), name.to_string());
         let same =
             self.desired.lock().map(|d| d.get(&key) == Some(&(entry.digest.clone(), entry.cells))).unwrap_or(false);
         if same {
             return Ok(false);
         }
-        let ck = ControllerKey::new(namespace, name).map_err(|e| e.to_string())?;
+        let ck = ControllerKey::new(namespace, name).map_err(|e| LinkError::Key(e.to_string()))?;
         let store = self.store().await?;
-        store.put(ck.to_string(), kv::encode(&entry)).await.map_err(|e| {
-            format!("writing the desired configuration of {namespace}/{name} to {}: {e}", kv::DESIRED_BUCKET)
+        store.put(ck.to_string(), kv::encode(&entry)).await.map_err(|e| LinkError::Write {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            bucket: kv::DESIRED_BUCKET,
+            message: e.to_string(),
         })?;
         if let Ok(mut d) = self.desired.lock() {
             d.insert(key, (entry.digest, entry.cells));
@@ -134,12 +138,13 @@ impl KvLink {
         Ok(true)
     }
 
-    async fn store(&self) -> Result<Store, String> {
+    async fn store(&self) -> Result<Store, LinkError> {
         let mut rx = self.desired_store.clone();
         let wait = rx.wait_for(Option::is_some);
+        let unreachable = LinkError::Unreachable { bucket: kv::DESIRED_BUCKET };
         match tokio::time::timeout(Duration::from_secs(10), wait).await {
-            Ok(Ok(s)) => s.clone().ok_or_else(|| "no store".to_string()),
-            _ => Err(format!("the {} bucket is not reachable (is NATS up?)", kv::DESIRED_BUCKET)),
+            Ok(Ok(s)) => s.clone().ok_or(unreachable),
+            _ => Err(unreachable),
         }
     }
 
@@ -194,7 +199,7 @@ impl MiteSource for KvLink {
         namespace: &'a str,
         name: &'a str,
         entry: DesiredEntry,
-    ) -> BoxFuture<'a, Result<bool, String>> {
+    ) -> BoxFuture<'a, Result<bool, LinkError>> {
         Box::pin(KvLink::publish_desired(self, namespace, name, entry))
     }
     fn sweep(&self, live: &HashSet<Key>) {

@@ -39,7 +39,7 @@ pub trait MiteSource: Send + Sync + 'static {
         _namespace: &'a str,
         _name: &'a str,
         _entry: varroa_link::kv::DesiredEntry,
-    ) -> BoxFuture<'a, Result<bool, String>> {
+    ) -> BoxFuture<'a, Result<bool, crate::error::LinkError>> {
         Box::pin(async { Ok(false) })
     }
     /// Resolves once the source holds its first complete copy of the mites' state (the control

@@ -113,16 +113,29 @@ pub async fn run(args: RenderArgs) -> i32 {
     status
 }
 
-fn load_path(loaded: &mut Loaded, path: &PathBuf) -> Result<(), String> {
+/// Why an input of `render` cannot be read.
+#[derive(Debug, thiserror::Error)]
+enum InputError {
+    /// A file or directory cannot be read (`-` is stdin).
+    #[error("{path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    /// A file does not parse as Varroa resources.
+    #[error(transparent)]
+    Parse(#[from] varroa_config::load::LoadError),
+}
+
+fn load_path(loaded: &mut Loaded, path: &PathBuf) -> Result<(), InputError> {
     if path.as_os_str() == "-" {
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| format!("stdin: {e}"))?;
-        return loaded.add_yaml("<stdin>", &text).map_err(|e| e.to_string());
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|source| InputError::Read { path: "stdin".into(), source })?;
+        return Ok(loaded.add_yaml("<stdin>", &text)?);
     }
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta =
+        std::fs::metadata(path).map_err(|source| InputError::Read { path: path.display().to_string(), source })?;
     if meta.is_dir() {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?
+            .map_err(|source| InputError::Read { path: path.display().to_string(), source })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml" || x == "json"))
             .collect();
@@ -132,8 +145,9 @@ fn load_path(loaded: &mut Loaded, path: &PathBuf) -> Result<(), String> {
         }
         return Ok(());
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    loaded.add_yaml(&path.display().to_string(), &text).map_err(|e| e.to_string())
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| InputError::Read { path: path.display().to_string(), source })?;
+    Ok(loaded.add_yaml(&path.display().to_string(), &text)?)
 }
 
 fn write_files(dir: &std::path::Path, r: &Rendered) -> std::io::Result<()> {

@@ -17,7 +17,7 @@ use varroa_config::Rendered;
 pub struct Inputs<'a> {
     pub controller: &'a Controller,
     /// The rendered configuration, or why it could not be rendered (Blocked).
-    pub rendered: Result<&'a Rendered, String>,
+    pub rendered: Result<&'a Rendered, &'a crate::error::Blocker>,
     /// Why provisioning stopped (Failed): the API server refused an object the operator wrote
     /// (`ProvisioningRefused`), or an object of its name is not the Controller's
     /// (`OwnershipConflict`).
@@ -171,7 +171,7 @@ pub fn compute(i: &Inputs, stamp: Option<Time>) -> (ControllerStatus, Vec<Note>)
         phase_from_workload(c, i.stateful_set, i.mite)
     };
     match &i.rendered {
-        Err(e) => wanted.push(cond(condition::RECONCILE_BLOCKED, true, "ConfigurationInvalid", e.clone())),
+        Err(e) => wanted.push(cond(condition::RECONCILE_BLOCKED, true, "ConfigurationInvalid", e.to_string())),
         Ok(_) => wanted.push(cond(condition::RECONCILE_BLOCKED, false, "Resolved", String::new())),
     }
     match boot_failure(i.pods) {
