@@ -53,7 +53,8 @@ struct Args {
     cluster: String,
     /// Where console logs are written: a local directory (`file:///var/lib/varroa/logs`, created
     /// on the first write) or S3 (`s3://bucket/prefix?endpoint=https://host:port&region=name`;
-    /// credentials from the AWS environment or --log-store-credentials-file).
+    /// credentials from the AWS environment or --log-store-credentials-file). Archived artifacts
+    /// are signed for the same store, and need the S3 one (a directory cannot presign URLs).
     #[arg(long, env = "VARROA_LOG_STORE", default_value = varroa_blobs::store::DEFAULT_URL)]
     log_store: String,
     /// An S3 credentials file (`access_key_id=...`, `secret_access_key=...`, optionally
