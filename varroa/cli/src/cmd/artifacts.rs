@@ -19,7 +19,6 @@ use varroa_blobs::{ArtifactKey, Artifacts, BlobStore, StoreSettings};
 use crate::cli::{RecordOutput, StoreArgs, parse_build_number};
 use crate::error::{Error, Result};
 use crate::store::{BuildQuery, Store};
-use crate::{client, names};
 
 /// `artifacts CONTROLLER JOB NUMBER [-o json|yaml]`.
 #[derive(Args, Debug, Clone)]
@@ -70,13 +69,7 @@ fn failed(e: impl std::fmt::Display) -> Error {
 
 /// Run `artifacts`.
 pub async fn run(g: &GlobalArgs, args: ArtifactsArgs) -> Result<()> {
-    let namespace = client::namespace(g)?;
-    names::namespace(&namespace)?;
-    names::controller(&args.controller)?;
-    names::job("JOB", &args.job)?;
-    if let Some(cluster) = &args.store.cluster {
-        names::cluster(cluster)?;
-    }
+    let namespace = super::record_scope(g, &args.controller, Some(("JOB", &args.job)), args.store.cluster.as_deref())?;
     let Some(url) = args.log_store.clone() else {
         return Err(Error::Failed(
             "no store to read: set --log-store or VARROA_LOG_STORE to the gateway's --log-store \

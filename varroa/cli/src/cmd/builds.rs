@@ -11,7 +11,7 @@ use crate::cli::{BuildArgs, BuildsArgs, ListOutput, RecordOutput};
 use crate::error::{Error, Result};
 use crate::records::{self, BuildDetail, Run, Stage, TestSummary, duration, rfc3339};
 use crate::store::{BuildQuery, BuildsQuery, Store};
-use crate::{client, names};
+
 use clikit::cli::GlobalArgs;
 use clikit::output::{self, Format};
 use clikit::table::Table;
@@ -24,15 +24,12 @@ pub const MAX_STAGES: i64 = 1000;
 
 /// Run `builds`.
 pub async fn list(g: &GlobalArgs, args: BuildsArgs) -> Result<()> {
-    let namespace = client::namespace(g)?;
-    names::namespace(&namespace)?;
-    names::controller(&args.controller)?;
-    if let Some(job) = &args.job {
-        names::job("--job", job)?;
-    }
-    if let Some(cluster) = &args.store.cluster {
-        names::cluster(cluster)?;
-    }
+    let namespace = super::record_scope(
+        g,
+        &args.controller,
+        args.job.as_deref().map(|j| ("--job", j)),
+        args.store.cluster.as_deref(),
+    )?;
     let store = Store::connect(&args.store).await?;
     let q = BuildsQuery {
         namespace: &namespace,
@@ -113,13 +110,7 @@ pub fn table(runs: &[Run], wide: bool, now: Timestamp) -> Table {
 
 /// Run `build`.
 pub async fn show(g: &GlobalArgs, args: BuildArgs) -> Result<()> {
-    let namespace = client::namespace(g)?;
-    names::namespace(&namespace)?;
-    names::controller(&args.controller)?;
-    names::job("JOB", &args.job)?;
-    if let Some(cluster) = &args.store.cluster {
-        names::cluster(cluster)?;
-    }
+    let namespace = super::record_scope(g, &args.controller, Some(("JOB", &args.job)), args.store.cluster.as_deref())?;
     let store = Store::connect(&args.store).await?;
     let q = BuildQuery {
         namespace: &namespace,

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use crate::cli::LogsArgs;
 use crate::error::{Error, Result};
-use crate::{client, names};
+
 use clikit::cli::GlobalArgs;
 use futures::StreamExt;
 use varroa_blobs::logs::{FollowError, Follower, LogKey, Logs, Notice, follow, notice_subject};
@@ -37,13 +37,7 @@ fn failed(e: impl std::fmt::Display) -> Error {
 
 /// Run `logs`.
 pub async fn run(g: &GlobalArgs, args: LogsArgs) -> Result<()> {
-    let namespace = client::namespace(g)?;
-    names::namespace(&namespace)?;
-    names::controller(&args.controller)?;
-    names::job("JOB", &args.job)?;
-    if let Some(cluster) = &args.cluster {
-        names::cluster(cluster)?;
-    }
+    let namespace = super::record_scope(g, &args.controller, Some(("JOB", &args.job)), args.cluster.as_deref())?;
     let Some(url) = args.log_store.clone() else {
         return Err(Error::Failed(
             "no log store to read: set --log-store or VARROA_LOG_STORE to the gateway's --log-store \

@@ -14,7 +14,7 @@ use crate::cli::{ListOutput, SchedulesArgs};
 use crate::error::{Error, Result};
 use crate::records::{JobSchedules, rfc3339};
 use crate::store::{SchedulesQuery, Store};
-use crate::{client, names};
+
 use clikit::cli::GlobalArgs;
 use clikit::output::{self, Format};
 use clikit::table::Table;
@@ -23,15 +23,12 @@ use jiff::Timestamp;
 
 /// Run `schedules`.
 pub async fn run(g: &GlobalArgs, args: SchedulesArgs) -> Result<()> {
-    let namespace = client::namespace(g)?;
-    names::namespace(&namespace)?;
-    names::controller(&args.controller)?;
-    if let Some(job) = &args.job {
-        names::job("--job", job)?;
-    }
-    if let Some(cluster) = &args.store.cluster {
-        names::cluster(cluster)?;
-    }
+    let namespace = super::record_scope(
+        g,
+        &args.controller,
+        args.job.as_deref().map(|j| ("--job", j)),
+        args.store.cluster.as_deref(),
+    )?;
     let store = Store::connect(&args.store).await?;
     let q = SchedulesQuery {
         namespace: &namespace,
