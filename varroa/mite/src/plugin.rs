@@ -1304,6 +1304,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn artifact_paths_parse_or_name_what_is_wrong() {
+        assert_eq!(artifact_target("/v1/artifacts/team/my%20app/42"), Ok(("team/my app".into(), 42)));
+        assert_eq!(artifact_target("/v1/artifacts/team%2Fapp/1"), Ok(("team/app".into(), 1)));
+        for (bad, starts) in [
+            ("/v1/artifacts/app", "build"),
+            ("/v1/artifacts/app/0", "build \"0\""),
+            ("/v1/artifacts/app/+1", "build"),
+            ("/v1/artifacts/a%0Ab/1", "job"),
+            ("/v1/artifacts/a%zz/1", "job"),
+            ("/v1/artifacts//1", "job"),
+        ] {
+            let e = artifact_target(bad).unwrap_err();
+            assert!(e.starts_with(starts), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn log_paths_and_queries_parse_or_name_what_is_wrong() {
         let t = |job: &str, build, offset, last| LogTarget { job: job.into(), build, offset, last };
         assert_eq!(log_target("/v1/logs/team/app/42", Some("offset=0")), Ok(t("team/app", 42, 0, false)));
