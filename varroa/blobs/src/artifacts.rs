@@ -248,6 +248,16 @@ impl Artifacts {
         Ok(out)
     }
 
+    /// Deletes every archived file of a build (its whole prefix); the number of objects deleted.
+    /// Deleting a build that has none is harmless (0).
+    pub async fn delete(&self, key: &ArtifactKey) -> Result<u64, BlobError> {
+        let dir = self.build_dir(key);
+        let listed: Vec<Path> = self.store.list(&dir, None).await?.into_iter().map(|m| m.location).collect();
+        let deleted = self.store.delete_all(listed).await?;
+        self.store.remove_empty_dirs(&dir, 2);
+        Ok(deleted)
+    }
+
     /// The bytes of a build's file `path`, or `None` when there is none.
     pub async fn read(&self, key: &ArtifactKey, path: &str) -> Result<Option<bytes::Bytes>, BlobError> {
         self.store.read(&self.object(key, path), 0).await

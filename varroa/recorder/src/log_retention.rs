@@ -1,5 +1,8 @@
-//! Retention of console logs: the logs of the runs that retention pruned are deleted from the log
-//! store (the gateway's `--log-store`, here the recorder's own `--log-store`).
+//! Retention of console logs and archived artifacts: the logs and artifacts of the runs that
+//! retention pruned are deleted from the store (the gateway's `--log-store`, here the recorder's
+//! own `--log-store`). A build's artifacts are under its cell's prefix
+//! ([`varroa_blobs::artifacts::ArtifactKey`]); the queue keeps the run's cell (migration 0006;
+//! a row queued before it has none, and the build's artifacts under every cell are deleted).
 //!
 //! A log's life is tied to its run row through a queue table, `log_deletions` (migration 0004):
 //!
@@ -35,7 +38,9 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 use tokio_postgres::Client;
+use varroa_blobs::artifacts::{ArtifactKey, Artifacts};
 use varroa_blobs::logs::{LogKey, Logs};
+use varroa_blobs::store::BlobError;
 
 use crate::DbSettings;
 use crate::consumer;
@@ -47,8 +52,10 @@ use crate::retention::RetentionSettings;
 pub struct LogsPruned {
     /// Builds whose logs were deleted (their rows with them), including builds that had no log.
     pub logs: u64,
-    /// Objects deleted from the store.
+    /// Log objects deleted from the store.
     pub objects: u64,
+    /// Archived artifacts deleted from the store.
+    pub artifacts: u64,
     /// Builds whose deletion the store failed (their rows are kept).
     pub failed: u64,
     /// Queued keys that cannot name a log, dropped.
@@ -57,7 +64,7 @@ pub struct LogsPruned {
     pub transactions: u64,
 }
 
-const TAKE_SQL: &str = "SELECT cluster, namespace, controller, job, build FROM log_deletions \
+const TAKE_SQL: &str = "SELECT cluster, namespace, controller, job, build, cell FROM log_deletions \
      ORDER BY attempts, queued_at LIMIT $1 FOR UPDATE SKIP LOCKED";
 
 const DONE_SQL: &str = "DELETE FROM log_deletions \
@@ -76,6 +83,7 @@ pub async fn drain(
     stop: &watch::Receiver<bool>,
 ) -> Result<LogsPruned, tokio_postgres::Error> {
     let batch = batch.max(1);
+    let artifacts = Artifacts::new(logs.store().clone());
     let mut pruned = LogsPruned::default();
     let stopped = || *stop.borrow();
     while !stopped() {
@@ -89,6 +97,7 @@ pub async fn drain(
             }
             let (cluster, namespace, controller, job, build): (String, String, String, String, i64) =
                 (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+            let cell: Option<i32> = row.get(5);
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
                 [&cluster, &namespace, &controller, &job, &build];
             let key = u64::try_from(build)
@@ -105,13 +114,19 @@ pub async fn drain(
                     continue;
                 }
             };
-            match logs.delete(&key).await {
-                Ok(d) => {
+            let deleted = match logs.delete(&key).await {
+                Ok(d) => delete_artifacts(&artifacts, &key, cell).await.map(|a| (d.objects, a)),
+                Err(e) => Err(e),
+            };
+            match deleted {
+                Ok((objects, archived)) => {
                     tx.execute(DONE_SQL, &params).await?;
                     pruned.logs += 1;
-                    pruned.objects += d.objects;
-                    metrics.log_prune(if d.objects > 0 { "deleted" } else { "absent" });
-                    metrics.pruned_log_objects(d.objects);
+                    pruned.objects += objects;
+                    pruned.artifacts += archived;
+                    metrics.log_prune(if objects + archived > 0 { "deleted" } else { "absent" });
+                    metrics.pruned_log_objects(objects);
+                    metrics.pruned_artifact_objects(archived);
                 }
                 Err(e) => {
                     let message = e.to_string();
@@ -133,6 +148,23 @@ pub async fn drain(
         }
     }
     Ok(pruned)
+}
+
+/// Deletes the archived artifacts of the build of `key`: under the prefix of `cell`, or, when the
+/// queue row has none (queued before migration 0006), under every cell's prefix; how many.
+async fn delete_artifacts(artifacts: &Artifacts, key: &LogKey, cell: Option<i32>) -> Result<u64, BlobError> {
+    let (cluster, namespace, controller) = (key.cluster(), key.namespace(), key.controller());
+    let cells = match cell.and_then(|c| u32::try_from(c).ok()) {
+        Some(c) => vec![c],
+        None => artifacts.cells(cluster, namespace, controller).await?,
+    };
+    let mut deleted = 0;
+    for cell in cells {
+        // The parts were checked as a LogKey; the same checks make an ArtifactKey.
+        let Ok(k) = ArtifactKey::new(cluster, namespace, controller, cell, key.job(), key.build()) else { continue };
+        deleted += artifacts.delete(&k).await?;
+    }
+    Ok(deleted)
 }
 
 /// How many builds wait in `log_deletions`.

@@ -54,6 +54,7 @@ pub struct Metrics {
     claim_seconds: Histogram,
     log_deletions: Family<Outcome, Counter>,
     pruned_log_objects: Counter,
+    pruned_artifact_objects: Counter,
     log_deletions_queued: Gauge,
 }
 
@@ -75,6 +76,7 @@ impl Default for Metrics {
             claim_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 16)),
             log_deletions: Family::default(),
             pruned_log_objects: Counter::default(),
+            pruned_artifact_objects: Counter::default(),
             log_deletions_queued: Gauge::default(),
         }
     }
@@ -146,6 +148,11 @@ impl Metrics {
             "pruned_log_objects",
             "Objects (log chunks, completion markers) deleted from the log store by log retention",
             self.pruned_log_objects.clone(),
+        );
+        r.register(
+            "pruned_artifact_objects",
+            "Archived artifacts deleted from the store by retention, with their runs' logs",
+            self.pruned_artifact_objects.clone(),
         );
         r.register(
             "log_deletions_queued",
@@ -267,6 +274,11 @@ impl Metrics {
     /// Counts objects deleted from the log store.
     pub fn pruned_log_objects(&self, n: u64) {
         self.pruned_log_objects.inc_by(n);
+    }
+
+    /// Archived artifacts retention deleted.
+    pub fn pruned_artifact_objects(&self, n: u64) {
+        self.pruned_artifact_objects.inc_by(n);
     }
 
     /// How many objects log retention deleted from the log store.

@@ -34,6 +34,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "job_schedules_by_controller",
         sql: include_str!("../migrations/0005_job_schedules_by_controller.sql"),
     },
+    Migration {
+        version: 6,
+        name: "artifact_deletions",
+        sql: include_str!("../migrations/0006_artifact_deletions.sql"),
+    },
 ];
 
 /// The advisory lock key the migration holds (`'varroa-recorder migrate'` as a number).

@@ -94,8 +94,8 @@ fn runs_sql(queue_logs: bool) -> String {
     let (queue, queued) = if queue_logs {
         (
             ", queued AS ( \
-                 INSERT INTO log_deletions (cluster, namespace, controller, job, build) \
-                 SELECT cluster, namespace, controller, job, build FROM gone_runs \
+                 INSERT INTO log_deletions (cluster, namespace, controller, job, build, cell) \
+                 SELECT cluster, namespace, controller, job, build, cell FROM gone_runs \
                  ON CONFLICT DO NOTHING \
                  RETURNING 1 \
              )",
@@ -123,7 +123,7 @@ fn runs_sql(queue_logs: bool) -> String {
              DELETE FROM runs r USING doomed d \
              WHERE r.cluster = d.cluster AND r.namespace = d.namespace AND r.controller = d.controller \
                AND r.job = d.job AND r.build = d.build \
-             RETURNING r.cluster, r.namespace, r.controller, r.job, r.build \
+             RETURNING r.cluster, r.namespace, r.controller, r.job, r.build, r.cell \
          ){queue} \
          SELECT (SELECT count(*) FROM gone_runs), (SELECT count(*) FROM gone_stages), \
                 (SELECT count(*) FROM gone_tests), {queued}"

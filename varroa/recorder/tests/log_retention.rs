@@ -1,8 +1,9 @@
 //! Retention of console logs against a real PostgreSQL and real log stores (a directory in a temp
 //! dir, S3 on a real moto server): the logs of pruned runs go with their rows through the
 //! `log_deletions` queue, recent logs stay, a failing store keeps the queue rows (ingestion and
-//! row retention go on) until it is back, `--retention-days 0` deletes nothing, and two pruners
-//! draining one queue never do the same work twice.
+//! row retention go on) until it is back, `--retention-days 0` deletes nothing, two pruners
+//! draining one queue never do the same work twice, and a pruned run's archived artifacts (on S3,
+//! uploaded through presigned URLs) go with its log, under the run's cell's prefix.
 
 mod common;
 
@@ -279,4 +280,63 @@ async fn an_unusable_log_store_stops_the_start_naming_the_flag() {
         let e = varroa_recorder::start(config(store)).await.unwrap_err().to_string();
         assert!(e.starts_with("--log-store: ") && e.contains(why), "{e}");
     }
+}
+
+/// Uploads `files` of `key` as the plugin does: presigned PUT URLs from the store, then a PUT each.
+async fn archive(
+    artifacts: &varroa_blobs::artifacts::Artifacts,
+    key: &varroa_blobs::artifacts::ArtifactKey,
+    files: &[&str],
+) {
+    let sizes: Vec<(String, u64)> = files.iter().map(|f| (f.to_string(), f.len() as u64)).collect();
+    let signed = artifacts.sign_puts(key, &sizes).await.unwrap();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    for ((path, _), (_, url)) in sizes.iter().zip(&signed.uploads) {
+        let r = http.put(url.to_string()).body(path.clone().into_bytes()).send().await.unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+    }
+}
+
+/// A pruned run's archived artifacts go with its log, under the prefix of the cell that ran it;
+/// another cell's files and a recent build's stay. A queue row without a cell (queued before
+/// migration 0006) deletes the build's files under every cell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pruned_runs_artifacts_go_with_its_log() {
+    use varroa_blobs::artifacts::{ArtifactKey, Artifacts};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let moto = tokio::task::spawn_blocking(MotoServer::start).await.unwrap().expect("moto_server");
+    moto.create_bucket("varroa-logs").unwrap();
+    let store = moto.settings(&moto.endpoint(), "varroa-logs", "prod");
+    let artifacts = Artifacts::new(BlobStore::open(&store).unwrap());
+    let h = Harness::start().await;
+    let writer = LogWriter::new(Logs::new(BlobStore::open(&store).unwrap()));
+    seed(&h, &writer).await;
+    let art = |cell: u32, build: u64| ArtifactKey::new("prod", "team-a", "ci", cell, JOB, build).unwrap();
+    // Build 1 ran on cell 0 (its run row); cell 1 has files under the same number; build 4 is recent.
+    archive(&artifacts, &art(0, 1), &["target/app.jar", "reports/index.html"]).await;
+    archive(&artifacts, &art(1, 1), &["other.txt"]).await;
+    archive(&artifacts, &art(0, 4), &["target/app.jar"]).await;
+    // A row queued before migration 0006, without a cell, for a build with files on two cells.
+    let c = h.db().await.unwrap();
+    c.batch_execute("INSERT INTO log_deletions (cluster, namespace, controller, job, build) VALUES ('prod', 'team-a', 'ci', 'old', 9)")
+        .await
+        .unwrap();
+    let old = |cell: u32| ArtifactKey::new("prod", "team-a", "ci", cell, "old", 9).unwrap();
+    archive(&artifacts, &old(0), &["a"]).await;
+    archive(&artifacts, &old(2), &["b"]).await;
+
+    let r = h.recorder(|c| c.retention = settings_with(store.clone())).await;
+    eventually("the pruned runs' logs and artifacts deleted", || async {
+        (h.count("SELECT count(*) FROM log_deletions").await == Some(0) && r.metrics.log_deletions("deleted") >= 4)
+            .then_some(())
+    })
+    .await;
+    let paths = |list: Vec<varroa_blobs::artifacts::Artifact>| list.into_iter().map(|a| a.path).collect::<Vec<_>>();
+    assert!(artifacts.list(&art(0, 1)).await.unwrap().is_empty(), "the pruned run's files are gone");
+    assert_eq!(paths(artifacts.list(&art(1, 1)).await.unwrap()), ["other.txt"], "another cell's files stay");
+    assert_eq!(paths(artifacts.list(&art(0, 4)).await.unwrap()), ["target/app.jar"], "the recent build's stay");
+    assert!(artifacts.list(&old(0)).await.unwrap().is_empty() && artifacts.list(&old(2)).await.unwrap().is_empty());
+    let text = metrics_text(r.health_addr).await;
+    assert_eq!(sample(&text, "varroa_recorder_pruned_artifact_objects_total"), 4.0, "{text}");
+    r.shutdown().await;
 }
