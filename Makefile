@@ -8,7 +8,7 @@ CARGO ?= cargo
 # Tools scripts/ensure-deps.sh installs locally (helm).
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: help deps test lint fmt build demo bench crds
+.PHONY: help deps test lint fmt build demo bench crds protobuf-table
 
 help:
 	@echo "make demo   - build and start devcluster with example resources (Ctrl-C stops it)"
@@ -43,3 +43,8 @@ demo: build
 crds:
 	UPDATE_CRDS=1 $(CARGO) test -p vesper-api --test crd checked_in
 	UPDATE_CRDS=1 $(CARGO) test -p varroa-api --test crd checked_in
+
+# Regenerate devcluster's protobuf table (crates/devcluster/src/protobuf/table.rs) from the crate
+# versions its generator pins, fetched from crates.io (its drift test fails until you do).
+protobuf-table:
+	CARGO="$(CARGO)" crates/devcluster/tools/regen-protobuf-table.sh

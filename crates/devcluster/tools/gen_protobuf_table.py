@@ -21,13 +21,21 @@ Inputs (standard library only, nothing is downloaded):
 Every protobuf field of every message reachable from a covered kind must map to a JSON name; the
 script fails loudly (exit status 1, with the offending message and field) when one does not.
 
-Regenerate (from the repository root, with both crates in the cargo registry, e.g. after
-`cargo fetch` in a scratch crate depending on k8s-pb = "0.9" and k8s-openapi = "0.29"):
+Regenerate from the repository root with
 
-    python3 crates/devcluster/tools/gen_protobuf_table.py > crates/devcluster/src/protobuf/table.rs
+    make protobuf-table
 
-Options --k8s-pb DIR and --k8s-openapi DIR point at the crates' `src` directories when they are
-not found under ~/.cargo/registry/src/*/.
+which runs crates/devcluster/tools/regen-protobuf-table.sh: it fetches exactly K8S_PB_VERSION and
+K8S_OPENAPI_VERSION below from crates.io (a scratch Cargo project depending on `=` those
+versions, `cargo fetch`, `cargo metadata` for their source directories), runs this script on them
+with python3 -B (no .pyc files) and replaces table.rs only when the output differs. The drift
+test crates/devcluster/tests/protobuf_table.rs (part of `make test`) runs the same script into a
+temporary file and fails when the checked-in table differs. To change the table, edit this script
+(or the pinned versions), run `make protobuf-table` and commit both.
+
+Run directly, the script prints the table on stdout; options --k8s-pb DIR and --k8s-openapi DIR
+point at the crates' `src` directories, which are otherwise looked for under
+~/.cargo/registry/src/*/.
 """
 
 import argparse
@@ -681,8 +689,9 @@ def emit(builder, entries, index, kinds, out):
     w("// generated from the upstream generated.proto files), JSON names and required fields from\n")
     w("// k8s-openapi %s (%s, later versions only for what %s lacks), Go pointer\n" % (K8S_OPENAPI_VERSION, OPENAPI_VERSIONS[0], OPENAPI_VERSIONS[0]))
     w("// fields from the list in the generator. Regenerate from the repository root with\n")
-    w("//     python3 crates/devcluster/tools/gen_protobuf_table.py > crates/devcluster/src/protobuf/table.rs\n")
-    w("// (see the script's docstring for where it finds the crate sources).\n\n")
+    w("//     make protobuf-table\n")
+    w("// (crates/devcluster/tools/regen-protobuf-table.sh; the drift test tests/protobuf_table.rs\n")
+    w("// fails while this file differs from the generator's output).\n\n")
     w("use super::{Field, Kind as K, Message, Special as S};\n\n")
     w("/// Shorthand constructor keeping the table compact.\n")
     w("const fn f(tag: u32, name: &'static str, kind: K, flags: u8) -> Field {\n")

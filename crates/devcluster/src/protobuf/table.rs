@@ -4,8 +4,9 @@
 // generated from the upstream generated.proto files), JSON names and required fields from
 // k8s-openapi 0.29.0 (v1_33, later versions only for what v1_33 lacks), Go pointer
 // fields from the list in the generator. Regenerate from the repository root with
-//     python3 crates/devcluster/tools/gen_protobuf_table.py > crates/devcluster/src/protobuf/table.rs
-// (see the script's docstring for where it finds the crate sources).
+//     make protobuf-table
+// (crates/devcluster/tools/regen-protobuf-table.sh; the drift test tests/protobuf_table.rs
+// fails while this file differs from the generator's output).
 
 use super::{Field, Kind as K, Message, Special as S};
 
