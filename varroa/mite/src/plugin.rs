@@ -733,16 +733,30 @@ impl std::fmt::Display for ForwardError {
 /// inventory's ([`crate::inventory`]) take to the gateway.
 pub(crate) async fn forward_events(slot: &BatchSlot, events: Vec<Vec<u8>>) -> Result<pb::EventsAck, ForwardError> {
     let Some(tx) = slot.current() else { return Err(ForwardError::NoStream) };
+    exchange(tx, ACK_TIMEOUT, "the batch was acknowledged", |respond| {
+        Outbound::Events(OutboundBatch { events, respond })
+    })
+    .await
+}
+
+/// Sends the message `outbound` makes (around the answer's sender) on the stream `tx` and waits
+/// at most `limit` for the gateway's answer: the one exchange every kind of plugin traffic
+/// (events, log chunks, claims, artifact requests) has with the gateway. `awaited` names the
+/// answer in the error when the stream ends first (`the chunk was acknowledged`).
+async fn exchange<T>(
+    tx: mpsc::Sender<Outbound>,
+    limit: Duration,
+    awaited: &str,
+    outbound: impl FnOnce(oneshot::Sender<Result<T, String>>) -> Outbound,
+) -> Result<T, ForwardError> {
     let (respond, answer) = oneshot::channel();
-    let forwarded = tokio::time::timeout(ACK_TIMEOUT, async move {
-        tx.send(Outbound::Events(OutboundBatch { events, respond }))
-            .await
-            .map_err(|_| "the gateway stream ended".to_owned())?;
-        answer.await.map_err(|_| "the gateway stream ended before the batch was acknowledged".to_owned())?
+    let forwarded = tokio::time::timeout(limit, async move {
+        tx.send(outbound(respond)).await.map_err(|_| "the gateway stream ended".to_owned())?;
+        answer.await.map_err(|_| format!("the gateway stream ended before {awaited}"))?
     })
     .await;
     match forwarded {
-        Ok(Ok(ack)) => Ok(ack),
+        Ok(Ok(a)) => Ok(a),
         Ok(Err(why)) => Err(ForwardError::Ended(why)),
         Err(_) => Err(ForwardError::Timeout),
     }
@@ -870,22 +884,17 @@ async fn claim(state: &State, req: &Parts, body: Incoming) -> Answer {
         trigger: request.trigger.clone(),
         budget_ms: share.as_millis().min(u128::from(u32::MAX)) as u32,
     };
-    let (respond, answer) = oneshot::channel();
     // The mite's own share (remaining - share) is for answering: the gateway's answer is waited
     // for until `share` is spent, and one arriving after that is dropped with the receiver.
-    let forwarded = tokio::time::timeout(share, async move {
-        tx.send(Outbound::Claim(OutboundClaim { claim, respond }))
-            .await
-            .map_err(|_| "the mite's stream to the gateway ended".to_owned())?;
-        answer.await.map_err(|_| "the mite's stream to the gateway ended before the claim was answered".to_owned())?
-    })
-    .await;
+    let forwarded =
+        exchange(tx, share, "the claim was answered", |respond| Outbound::Claim(OutboundClaim { claim, respond }))
+            .await;
     let a = match forwarded {
-        Ok(Ok(a)) => a,
-        Ok(Err(why)) => {
-            return undecided(state, Undecided { why: "stream_down", after: CLAIM_RETRY_AFTER, reason: why });
+        Ok(a) => a,
+        Err(e @ (ForwardError::Ended(_) | ForwardError::NoStream)) => {
+            return undecided(state, Undecided { why: "stream_down", after: CLAIM_RETRY_AFTER, reason: e.to_string() });
         }
-        Err(_) => {
+        Err(ForwardError::Timeout) => {
             return undecided(
                 state,
                 Undecided {
@@ -1099,18 +1108,16 @@ async fn logs(state: &State, req: &Parts, body: Incoming) -> Answer {
         data: data.to_vec(),
         last: target.last,
     };
-    let (respond, answer) = oneshot::channel();
-    let forwarded = tokio::time::timeout(ACK_TIMEOUT, async move {
-        tx.send(Outbound::Log(OutboundChunk { chunk, respond }))
-            .await
-            .map_err(|_| "the gateway stream ended".to_owned())?;
-        answer.await.map_err(|_| "the gateway stream ended before the chunk was acknowledged".to_owned())?
+    let forwarded = exchange(tx, ACK_TIMEOUT, "the chunk was acknowledged", |respond| {
+        Outbound::Log(OutboundChunk { chunk, respond })
     })
     .await;
     let ack = match forwarded {
-        Ok(Ok(ack)) => ack,
-        Ok(Err(why)) => return retry("stream_down", RETRY_STREAM_DOWN, format!("{why}; keep the log and retry")),
-        Err(_) => {
+        Ok(ack) => ack,
+        Err(e @ (ForwardError::Ended(_) | ForwardError::NoStream)) => {
+            return retry("stream_down", RETRY_STREAM_DOWN, format!("{e}; keep the log and retry"));
+        }
+        Err(ForwardError::Timeout) => {
             return retry(
                 "ack_timeout",
                 RETRY_ACK_TIMEOUT,
@@ -1238,18 +1245,16 @@ async fn artifact_urls(state: &State, req: &Parts, body: Incoming) -> Answer {
         build,
         files: request.files.into_iter().map(|f| pb::ArtifactFile { path: f.path, size: f.size }).collect(),
     };
-    let (respond, answer) = oneshot::channel();
-    let forwarded = tokio::time::timeout(ACK_TIMEOUT, async move {
-        tx.send(Outbound::Artifacts(OutboundArtifacts { request, respond }))
-            .await
-            .map_err(|_| "the gateway stream ended".to_owned())?;
-        answer.await.map_err(|_| "the gateway stream ended before the request was answered".to_owned())?
+    let forwarded = exchange(tx, ACK_TIMEOUT, "the request was answered", |respond| {
+        Outbound::Artifacts(OutboundArtifacts { request, respond })
     })
     .await;
     let a = match forwarded {
-        Ok(Ok(a)) => a,
-        Ok(Err(why)) => return retry("stream_down", RETRY_STREAM_DOWN, format!("{why}; retry")),
-        Err(_) => {
+        Ok(a) => a,
+        Err(e @ (ForwardError::Ended(_) | ForwardError::NoStream)) => {
+            return retry("stream_down", RETRY_STREAM_DOWN, format!("{e}; retry"));
+        }
+        Err(ForwardError::Timeout) => {
             return retry(
                 "ack_timeout",
                 RETRY_ACK_TIMEOUT,
