@@ -121,7 +121,8 @@ pub struct Config {
     #[arg(long, env = "VARROA_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: SocketAddr,
     /// Elect a leader through a Lease, so that several replicas can run (one reconciles).
-    #[arg(long, env = "VARROA_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = "VARROA_LEADER_ELECT", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_elect: bool,
     /// Namespace of the leader Lease.
     #[arg(long, env = "VARROA_LEADER_ELECTION_NAMESPACE", default_value = "varroa-system")]
@@ -159,7 +160,8 @@ pub struct Config {
     pub fetch_timeout: Duration,
     /// Fetch bundle inputs from any host, including loopback, link-local, the metadata service,
     /// the API server and the operator's own file system (file:// URLs). For development only.
-    #[arg(long, env = "VARROA_FETCH_ALLOW_PRIVATE_HOSTS", default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = "VARROA_FETCH_ALLOW_PRIVATE_HOSTS", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
     pub fetch_allow_private_hosts: bool,
     /// Hosts (`name`, `address`, or either with `:port`, as written in inputs) that bundle inputs
     /// may be fetched from even though they resolve to a refused address. Comma-separated.
@@ -184,6 +186,61 @@ impl Config {
     /// The image of plugins-init.
     pub fn plugins_init_image(&self) -> &str {
         self.plugins_init_image.as_deref().unwrap_or(&self.mite_image)
+    }
+
+    /// Checks the flags together, before anything connects: each error names the flag and the
+    /// fix (clap has checked each flag's own syntax).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let label = |flag: &'static str, value: &str| {
+            crate::activity::check_cluster(value).map_err(|e| ConfigError { flag, message: e.to_string() })
+        };
+        label("--cluster", &self.cluster)?;
+        let (ns, name) = self.gateway_ca();
+        label("--gateway-ca-secret", &ns)?;
+        if !is_dns1123_subdomain(&name) {
+            return Err(ConfigError {
+                flag: "--gateway-ca-secret",
+                message: format!(
+                    "{name:?} is not a Secret name (lowercase letters, digits, '-' and '.', at most 253): write NAMESPACE/NAME"
+                ),
+            });
+        }
+        if self.leader_elect {
+            label("--leader-election-namespace", &self.leader_election_namespace)?;
+        }
+        if self.mite_cert_renew_before >= self.mite_cert_validity {
+            return Err(ConfigError {
+                flag: "--mite-cert-renew-before",
+                message: format!(
+                    "{} is not shorter than --mite-cert-validity ({}): every certificate would be renewed at once, on every pass; make it shorter",
+                    exact(self.mite_cert_renew_before),
+                    exact(self.mite_cert_validity)
+                ),
+            });
+        }
+        let positive = [
+            ("--mite-cert-validity", self.mite_cert_validity),
+            ("--mite-heartbeat-timeout", self.mite_heartbeat_timeout),
+            ("--resync-interval", self.resync_interval),
+            ("--stamp-interval", self.stamp_interval),
+            ("--reconcile-timeout", self.reconcile_timeout),
+            ("--kube-connect-timeout", self.kube_connect_timeout),
+            ("--kube-read-timeout", self.kube_read_timeout),
+            ("--fetch-timeout", self.fetch_timeout),
+        ];
+        if let Some((flag, _)) = positive.iter().find(|(_, d)| d.is_zero()) {
+            return Err(ConfigError { flag, message: "0 is not allowed: give a duration such as 30s".into() });
+        }
+        if self.gateway_endpoint.trim().is_empty() {
+            return Err(ConfigError { flag: "--gateway-endpoint", message: "empty: give host:port".into() });
+        }
+        if self.nats_url.as_deref().is_some_and(|u| u.trim().is_empty()) {
+            return Err(ConfigError {
+                flag: "--nats-url",
+                message: "empty: give nats://host:4222, or leave it out to run without a gateway".into(),
+            });
+        }
+        Ok(())
     }
 
     /// The gateway CA Secret's namespace and name.
@@ -249,9 +306,87 @@ impl Config {
     }
 }
 
+/// A flag the operator cannot run with, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag}: {message}")]
+pub struct ConfigError {
+    /// The flag.
+    pub flag: &'static str,
+    /// What is wrong and the fix.
+    pub message: String,
+}
+
+/// A duration as the flags take it: `7d`, `1d2h`, `90s`, `0s`.
+fn exact(d: Duration) -> String {
+    let s = d.as_secs();
+    if s == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    let parts = [(s / 86400, "d"), (s % 86400 / 3600, "h"), (s % 3600 / 60, "m"), (s % 60, "s")];
+    parts.iter().filter(|(n, _)| *n > 0).map(|(n, u)| format!("{n}{u}")).collect()
+}
+
+/// A DNS-1123 subdomain (a Secret's name): lowercase alphanumerics, `-` and `.`, starting and
+/// ending alphanumeric, at most 253.
+fn is_dns1123_subdomain(s: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes().all(|b| alnum(b) || b == b'-' || b == b'.')
+        && s.bytes().next().is_some_and(alnum)
+        && s.bytes().last().is_some_and(alnum)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flags_are_checked_together_naming_the_flag() {
+        assert_eq!(Config::for_tests().validate(), Ok(()));
+        let err = |f: fn(&mut Config)| {
+            let mut c = Config::for_tests();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert_eq!(err(|c| c.cluster = "prod.eu".into()).flag, "--cluster");
+        assert_eq!(err(|c| c.gateway_ca_secret = "Varroa/ca".into()).flag, "--gateway-ca-secret");
+        let e = err(|c| c.gateway_ca_secret = "varroa-system/CA_1".into());
+        assert!(e.to_string().starts_with("--gateway-ca-secret: \"CA_1\" is not a Secret name"), "{e}");
+        let e = err(|c| c.mite_cert_renew_before = c.mite_cert_validity);
+        assert_eq!(e.flag, "--mite-cert-renew-before", "{e}");
+        assert!(e.message.starts_with("30d is not shorter than --mite-cert-validity (30d)"), "{e}");
+        assert_eq!(err(|c| c.resync_interval = Duration::ZERO).flag, "--resync-interval");
+        assert_eq!(err(|c| c.nats_url = Some(" ".into())).flag, "--nats-url");
+        assert_eq!(err(|c| c.gateway_endpoint = String::new()).flag, "--gateway-endpoint");
+        assert_eq!(
+            err(|c| {
+                c.leader_elect = true;
+                c.leader_election_namespace = "Bad_NS".into();
+            })
+            .flag,
+            "--leader-election-namespace"
+        );
+        let mut c = Config::for_tests();
+        c.gateway_ca_secret = "my-ca.example".into();
+        assert_eq!(c.validate(), Ok(()), "a bare name is in varroa-system");
+    }
+
+    #[test]
+    fn switches_are_bare_or_take_a_value() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            Flags::try_parse_from(args).map(|f| (f.config.leader_elect, f.config.fetch_allow_private_hosts))
+        };
+        assert_eq!(parse(&["op"]).ok(), Some((false, false)));
+        assert_eq!(parse(&["op", "--leader-elect", "--fetch-allow-private-hosts"]).ok(), Some((true, true)));
+        assert_eq!(
+            parse(&["op", "--leader-elect=true", "--fetch-allow-private-hosts=false"]).ok(),
+            Some((true, false))
+        );
+        assert_eq!(parse(&["op", "--leader-elect", "false"]).ok(), Some((false, false)));
+        assert!(parse(&["op", "--leader-elect=maybe"]).is_err());
+    }
 
     #[test]
     fn annotation_rules_are_exact_keys_or_prefixes() {

@@ -73,8 +73,9 @@ fn main() {
 }
 
 async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
-    // The cluster name goes into activity subjects: refuse a bad one before anything starts.
-    varroa_operator::activity::check_cluster(&config.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
+    // The flags together (the cluster name goes into activity subjects, the CA Secret's name into
+    // requests, ...): refuse a bad one before anything starts.
+    config.validate()?;
     // Every request has a connect and a read timeout: a dead connection fails instead of hanging.
     let kube_config = opkit::process::kube_config(config.client_timeouts())
         .await

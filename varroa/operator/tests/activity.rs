@@ -376,4 +376,14 @@ fn the_binary_refuses_a_cluster_name_that_is_not_a_label() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--cluster") && err.contains("prod.eu"), "{err}");
+    // Flags that only fail together are refused before anything connects too.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_varroa-operator"))
+        .args(["--mite-cert-validity", "7d", "--mite-cert-renew-before", "10d"])
+        .env_remove("KUBECONFIG")
+        .env("HOME", "/nonexistent")
+        .output()
+        .expect("the binary runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: --mite-cert-renew-before: ") && err.contains("--mite-cert-validity"), "{err}");
 }

@@ -248,6 +248,7 @@ fn manifests_parse_are_restricted_and_carry_the_operators_flags() {
     assert!(c.command.is_none(), "{what}: the image's entrypoint runs the operator");
     let args = c.args.clone().unwrap_or_default();
     let cfg = parse_flags(&args).unwrap_or_else(|e| panic!("{what}: the operator refuses its args {args:?}:\n{e}"));
+    cfg.validate().unwrap_or_else(|e| panic!("{what}: the operator would stop at start with its args {args:?}: {e}"));
     assert!(cfg.leader_elect, "{what}: two replicas need --leader-elect=true");
     assert_eq!(cfg.leader_election_namespace, NS, "{what}: the Lease lives where rbac.yaml's Role grants Leases");
     let role = find("rbac.yaml", &rbac, "Role");
