@@ -2,7 +2,7 @@
 //! certificate (a Secret the operator issues from it, again before it expires or when the CA
 //! changes; a new CA also rolls the pod, through the restart digest).
 
-use crate::controller::{Context, MANAGER};
+use crate::context::{Context, MANAGER, key_of};
 use crate::error::{Blocker, CaError, Error, Result};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -187,9 +187,9 @@ pub async fn ensure_mite_secret(ctx: &Context, c: &Controller, ca: &CertificateA
     }
     match reason {
         Some(reason) => {
-            tracing::info!(controller = %crate::controller::key_of(c), reason = ?reason, "issued the mite certificate")
+            tracing::info!(controller = %key_of(c), reason = ?reason, "issued the mite certificate")
         }
-        None => tracing::info!(controller = %crate::controller::key_of(c), "made the mite's Jenkins API token"),
+        None => tracing::info!(controller = %key_of(c), "made the mite's Jenkins API token"),
     }
     Ok(())
 }

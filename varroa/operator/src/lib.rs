@@ -18,6 +18,7 @@
 pub mod activity;
 pub mod certs;
 pub mod config;
+pub mod context;
 pub mod controller;
 pub mod error;
 pub mod fetch;
