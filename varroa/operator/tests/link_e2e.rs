@@ -502,9 +502,16 @@ async fn a_killed_gateway_shows_mite_unreachable_and_its_return_applies_nothing_
     }
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("an HTTP client");
     let pods: Vec<Pod> = futures::future::join_all(["ci-0", "cells-0", "cells-1"].map(|n| pod(env, n))).await;
+    // A controller's apply result comes from whichever cell applied first: wait until every cell
+    // has applied the configuration (one reload each) before counting.
     let mut before = Vec::new();
     for p in &pods {
-        before.push(reloads(&http, p).await);
+        let n = until(&format!("{} applied its configuration", p.name_any()), || async {
+            let n = reloads(&http, p).await;
+            if n >= 1 { Ok(n) } else { Err("no reload yet".to_string()) }
+        })
+        .await;
+        before.push(n);
     }
 
     drop(gw); // SIGKILL
