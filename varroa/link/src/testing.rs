@@ -23,6 +23,9 @@ pub const MIN_VERSION: (u32, u32) = (2, 10);
 /// How long [`NatsServer::start`] waits for the server to answer.
 const START_DEADLINE: Duration = Duration::from_secs(20);
 
+/// How long [`NatsServer::set_password`] waits for the server to apply its new configuration.
+const RELOAD_DEADLINE: Duration = Duration::from_secs(20);
+
 /// Errors of the fixture.
 #[derive(Debug, thiserror::Error)]
 pub enum FixtureError {
@@ -128,8 +131,12 @@ impl NatsServer {
     }
 
     /// Changes the password the server requires (config rewritten, then `--signal reload`):
-    /// clients authenticated with the old one are disconnected by the server.
+    /// clients authenticated with the old one are disconnected by the server. Returns once the
+    /// server has applied the new configuration (its `/varz` `config_load_time` changed): the
+    /// signal only asks for the reload, and a client connecting right after it could still meet
+    /// the old password.
     pub fn set_password(&mut self, password: &str) -> Result<(), FixtureError> {
+        let before = self.config_load_time();
         let Some((user, _)) = self.auth.take() else {
             return Err(FixtureError::Io("set_password on a server started without authentication".into()));
         };
@@ -144,7 +151,28 @@ impl NatsServer {
         if !status.success() {
             return Err(FixtureError::Io(format!("--signal reload={pid} exited with {status}")));
         }
-        Ok(())
+        let deadline = Instant::now() + RELOAD_DEADLINE;
+        loop {
+            let now = self.config_load_time();
+            if now.is_some() && now != before {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(FixtureError::Io(format!(
+                    "the reload was not applied within {RELOAD_DEADLINE:?} (config_load_time still {before:?}); its log:\n{}",
+                    self.log_tail()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `config_load_time` from the monitoring endpoint's `/varz`: when the server last (re)read
+    /// its configuration.
+    fn config_load_time(&self) -> Option<String> {
+        let body = http_get(SocketAddr::from(([127, 0, 0, 1], self.monitor_port)), "/varz")?;
+        let varz: serde_json::Value = serde_json::from_str(&body).ok()?;
+        varz.get("config_load_time")?.as_str().map(str::to_owned)
     }
 
     /// Stops the server gracefully (SIGTERM, then SIGKILL after 10 s) and waits for it to exit.
@@ -295,6 +323,20 @@ fn http_ok(addr: SocketAddr, path: &str) -> bool {
     let n = s.read(&mut buf).unwrap_or(0);
     let head = String::from_utf8_lossy(&buf[..n]);
     head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200")
+}
+
+/// The body of `GET path` (HTTP/1.0, so the server closes the connection after it), when the
+/// answer is 200.
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).ok()?;
+    let mut text = String::new();
+    s.take(1 << 20).read_to_string(&mut text).ok()?;
+    if !(text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200")) {
+        return None;
+    }
+    text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned())
 }
 
 /// Finds a nats-server of at least [`MIN_VERSION`] (see the module docs).
