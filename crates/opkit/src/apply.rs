@@ -113,6 +113,25 @@ pub struct Applied {
     /// For [`Outcome::Restored`]: the field manager that last wrote the object before the
     /// restore, when the server recorded one (`kubectl-edit`).
     pub changed_by: Option<String>,
+    /// The live object was deleted first because [`Guard::recreate`] said a field that cannot be
+    /// changed must (the outcome is then [`Outcome::Created`]).
+    pub recreated: bool,
+}
+
+/// What [`ensure_guarded`] checks on the live object it reads, before writing over it.
+pub struct Guard<'a> {
+    /// Whether an existing object of the desired name is the caller's (its labels, its owner
+    /// references). One that is not is left untouched: [`Error::NotOwned`].
+    pub is_ours: &'a (dyn Fn(&kube::api::ObjectMeta) -> bool + Send + Sync),
+    /// Whether the live object must be deleted and created again because a field that cannot be
+    /// changed differs (a RoleBinding's `roleRef`). The deletion has the live UID as a
+    /// precondition.
+    pub recreate: &'a (dyn Fn(&DynamicObject) -> bool + Send + Sync),
+}
+
+impl Guard<'_> {
+    /// Any existing object may be written over, and nothing is recreated.
+    pub const ANY: Guard<'static> = Guard { is_ours: &|_| true, recreate: &|_| false };
 }
 
 impl Applied {
@@ -227,6 +246,22 @@ pub async fn ensure_with<K>(api: &Api<K>, desired: &K, field_manager: &str, veri
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
+    ensure_guarded(api, desired, field_manager, verified, &Guard::ANY).await
+}
+
+/// [`ensure_with`], checking the live object it reads with `guard` first: the ownership check
+/// and the compare-then-write share one read (an owner check of its own would read the object
+/// a second time).
+pub async fn ensure_guarded<K>(
+    api: &Api<K>,
+    desired: &K,
+    field_manager: &str,
+    verified: &Verified,
+    guard: &Guard<'_>,
+) -> Result<Applied>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
     let body = apply_body(desired)?;
     let name = desired
         .meta()
@@ -255,7 +290,7 @@ where
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match ensure_once(&target, &body, &api_version, &kind, verified).await {
+        match ensure_once(&target, &body, &api_version, &kind, verified, guard).await {
             Err(Error::Kube { source: kube::Error::Api(s), .. }) if s.code == 409 && attempt < CONFLICT_ATTEMPTS => {
                 tracing::debug!(object = %what, attempt, "conflict: reading again");
             }
@@ -284,6 +319,7 @@ async fn ensure_once<K>(
     api_version: &str,
     kind: &str,
     verified: &Verified,
+    guard: &Guard<'_>,
 ) -> Result<Applied>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
@@ -304,8 +340,29 @@ where
         reference: reference(uid),
         detail,
         changed_by,
+        recreated: false,
     };
-    let live = dynamic.get_opt(name).await.map_err(|e| Error::kube(format!("get {what}"), e))?;
+    let mut live = dynamic.get_opt(name).await.map_err(|e| Error::kube(format!("get {what}"), e))?;
+    let mut recreated = false;
+    if let Some(l) = &live {
+        if !(guard.is_ours)(&l.metadata) {
+            return Err(Error::NotOwned { object: what.to_string() });
+        }
+        if (guard.recreate)(l) {
+            let dp = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions { uid: l.metadata.uid.clone(), resource_version: None }),
+                ..Default::default()
+            };
+            tracing::info!(object = %what, field_manager, "a field that cannot be changed differs: deleting to create it again");
+            match dynamic.delete(name, &dp).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("delete {what}"), e)),
+            }
+            live = None;
+            recreated = true;
+        }
+    }
     let Some(live) = live else {
         tracing::info!(object = %what, field_manager, "absent: creating");
         let params = PatchParams::apply(field_manager).force();
@@ -314,7 +371,7 @@ where
         if let Some(stamp) = stamp_of(created.meta(), digest) {
             verified.set(key, stamp);
         }
-        return Ok(applied(Outcome::Created, None, None, created.meta().uid.as_ref()));
+        return Ok(Applied { recreated, ..applied(Outcome::Created, None, None, created.meta().uid.as_ref()) });
     };
     let Some(live_stamp) = stamp_of(&live.metadata, digest) else {
         return Err(Error::invalid("live object", format!("{what} has no uid or resourceVersion")));
@@ -787,7 +844,25 @@ impl WriteCounter {
     where
         K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     {
-        let applied = ensure_with(api, desired, field_manager, &self.verified).await?;
+        self.ensure_guarded(api, desired, field_manager, &Guard::ANY).await
+    }
+
+    /// [`ensure_guarded`] on this counter's [`Verified`] objects, counted (a recreation counts
+    /// as a deletion and a creation).
+    pub async fn ensure_guarded<K>(
+        &self,
+        api: &Api<K>,
+        desired: &K,
+        field_manager: &str,
+        guard: &Guard<'_>,
+    ) -> Result<Applied>
+    where
+        K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+    {
+        let applied = ensure_guarded(api, desired, field_manager, &self.verified, guard).await?;
+        if applied.recreated {
+            self.record(&K::kind(&()), Outcome::Deleted);
+        }
         self.record(&K::kind(&()), applied.outcome);
         Ok(applied)
     }

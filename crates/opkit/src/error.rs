@@ -25,6 +25,11 @@ pub enum Error {
     #[error("invalid {field}: {message}")]
     Invalid { field: String, message: String },
 
+    /// An object of the desired name exists and is not the caller's (see
+    /// [`crate::apply::Guard::is_ours`]): it was left untouched.
+    #[error("{object} exists and is not ours: left untouched")]
+    NotOwned { object: String },
+
     /// An object could not be turned into JSON (or back).
     #[error("{action}: {source}")]
     Json {
@@ -47,12 +52,13 @@ pub enum Error {
 }
 
 impl Error {
-    /// A short label for failure metrics (`kube`, `timing`, `invalid`, `json`, `bind`, `io`).
+    /// A short label for failure metrics (`kube`, `timing`, `invalid`, `not_owned`, `json`, `bind`, `io`).
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube { .. } => "kube",
             Error::InvalidTiming(_) => "timing",
             Error::Invalid { .. } => "invalid",
+            Error::NotOwned { .. } => "not_owned",
             Error::Json { .. } => "json",
             Error::Bind { .. } => "bind",
             Error::Io(_) => "io",

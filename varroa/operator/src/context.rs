@@ -38,7 +38,8 @@ pub struct Context {
     /// True once every cache has listed (set by one task: kube's store readiness wakes only one
     /// waiter, so concurrent reconciles must not wait on it directly).
     pub(crate) world_ready: tokio::sync::watch::Receiver<bool>,
-    pub(crate) failures: Mutex<HashMap<String, u32>>,
+    /// Failed reconciles and their retry delay (1s doubling to 5m).
+    pub(crate) failures: opkit::reconcile::Backoff,
     /// Failed controllers and when their dwell ends.
     pub(crate) dwell: Mutex<HashMap<String, (Instant, Option<i64>)>>,
     /// The last status written per controller (by uid), with the resourceVersion it was written
@@ -85,7 +86,7 @@ impl Context {
             activity,
             seen: Mutex::default(),
             world_ready,
-            failures: Mutex::new(HashMap::new()),
+            failures: opkit::reconcile::Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             dwell: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
         }
@@ -181,7 +182,7 @@ impl Context {
             let changes = crate::activity::changes(before.as_ref(), &st, &causes);
             self.activity.publish(&c.namespace().unwrap_or_default(), &c.name_any(), changes);
         }
-        self.metrics.set_phase(&c.uid().unwrap_or_default(), st.phase);
+        self.metrics.controllers.set(&c.uid().unwrap_or_default(), st.phase);
         for n in &notes {
             self.event(c, n).await;
         }
@@ -199,19 +200,6 @@ impl Context {
         };
         for (ns, name) in gone {
             self.activity.deleted(&ns, &name);
-        }
-    }
-
-    pub(crate) fn backoff(&self, key: &str) -> Duration {
-        let Ok(mut f) = self.failures.lock() else { return Duration::from_secs(5) };
-        let n = f.entry(key.to_string()).or_insert(0);
-        *n = (*n + 1).min(10);
-        Duration::from_millis(500u64 << *n).min(Duration::from_secs(300))
-    }
-
-    pub(crate) fn reset_backoff(&self, key: &str) {
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(key);
         }
     }
 
@@ -243,10 +231,7 @@ impl Context {
         let before = self.tracked_objects();
         let keys: std::collections::HashSet<String> = live.iter().map(|c| key_of(c)).collect();
         let uids: std::collections::HashSet<String> = live.iter().filter_map(|c| c.uid()).collect();
-        if let Ok(mut f) = self.failures.lock() {
-            f.retain(|k, _| keys.contains(k));
-            shrink(&mut f);
-        }
+        self.failures.retain(|k| keys.contains(k));
         if let Ok(mut d) = self.dwell.lock() {
             d.retain(|k, _| keys.contains(k));
             shrink(&mut d);
@@ -255,7 +240,7 @@ impl Context {
             w.retain(|uid, _| uids.contains(uid));
             shrink(&mut w);
         }
-        self.metrics.retain_phases(|uid| uids.contains(uid));
+        self.metrics.controllers.retain(|uid| uids.contains(uid));
         self.events.retain_objects(|uid| uids.contains(uid));
         let live_keys: std::collections::HashSet<(String, String)> =
             live.iter().map(|c| (c.namespace().unwrap_or_default(), c.name_any())).collect();
@@ -285,10 +270,10 @@ impl Context {
     /// written, phase, verified objects, event series); zero once every controller it saw is gone. Also
     /// exported as the gauge `varroa_tracked_objects`.
     pub fn tracked_objects(&self) -> usize {
-        let n = self.failures.lock().map(|m| m.len()).unwrap_or(0)
+        let n = self.failures.len()
             + self.dwell.lock().map(|m| m.len()).unwrap_or(0)
             + self.written.lock().map(|m| m.len()).unwrap_or(0)
-            + self.metrics.tracked_phases()
+            + self.metrics.controllers.len()
             + self.metrics.writes.verified().len()
             + self.events.tracked_series()
             + self.mites.tracked()

@@ -19,7 +19,7 @@
 
 use crate::config::Config;
 use crate::error::{Blocker, Error, Result};
-use crate::metrics::{ErrorLabels, Metrics, ResultLabels};
+use crate::metrics::Metrics;
 use crate::mite::MiteSource;
 use crate::objects::{self, PodInputs};
 use crate::status::{self, Inputs};
@@ -37,7 +37,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use varroa_api::Controller;
 use varroa_api::lifecycle::{LABEL_CONTROLLER, LABEL_MANAGED_BY, MANAGED_BY};
 
@@ -59,8 +59,14 @@ where
 }
 
 /// [`ensure`], deleting the controller's live object first when `recreate` says a field that
-/// cannot be changed must (a RoleBinding's roleRef).
-async fn ensure_replacing<K>(ctx: &Context, c: &Controller, desired: &K, recreate: impl Fn(&K) -> bool) -> Result<()>
+/// cannot be changed must (a RoleBinding's roleRef). The ownership check, the recreate check and
+/// the comparison share one read of the live object.
+async fn ensure_replacing<K>(
+    ctx: &Context,
+    c: &Controller,
+    desired: &K,
+    recreate: impl Fn(&kube::api::DynamicObject) -> bool + Send + Sync,
+) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -70,23 +76,17 @@ where
 {
     let ns = c.namespace().unwrap_or_default();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
-    let name = desired.meta().name.clone().unwrap_or_default();
-    let kind = K::kind(&()).into_owned();
-    let live = api.get_opt(&name).await.map_err(|e| Error::kube(format!("reading {kind} {ns}/{name}"), e))?;
-    if let Some(live) = live {
-        if !objects::is_ours(live.meta(), c) {
+    let is_ours = |meta: &kube::api::ObjectMeta| objects::is_ours(meta, c);
+    let guard = opkit::apply::Guard { is_ours: &is_ours, recreate: &recreate };
+    let applied = match ctx.metrics.writes.ensure_guarded(&api, desired, MANAGER, &guard).await {
+        Ok(applied) => applied,
+        Err(opkit::Error::NotOwned { .. }) => {
+            let name = desired.meta().name.clone().unwrap_or_default();
+            let kind = K::kind(&()).into_owned();
             return Err(Error::OwnershipConflict { kind, namespace: ns, name, detail: String::new() });
         }
-        if recreate(&live) {
-            let dp = DeleteParams {
-                preconditions: Some(kube::api::Preconditions { uid: live.meta().uid.clone(), resource_version: None }),
-                ..Default::default()
-            };
-            api.delete(&name, &dp).await.map_err(|e| Error::kube(format!("deleting {kind} {ns}/{name}"), e))?;
-            ctx.metrics.writes.record(&kind, opkit::apply::Outcome::Deleted);
-        }
-    }
-    let applied = ctx.metrics.writes.ensure_detailed(&api, desired, MANAGER).await?;
+        Err(e) => return Err(e.into()),
+    };
     if let Some(message) = applied.restore_note() {
         tracing::warn!(controller = %key_of(c), "{message}");
         let note = status::Note { warning: true, reason: "Restored".into(), message };
@@ -176,7 +176,8 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
         ensure(ctx, c, &objects::service_account(c)).await?;
         // roleRef cannot change: a binding to the agents' Role of earlier versions is replaced.
         let binding = objects::agents_role_binding(c);
-        ensure_replacing(ctx, c, &binding, |live: &RoleBinding| live.role_ref != binding.role_ref).await?;
+        let role_ref = serde_json::to_value(&binding.role_ref).unwrap_or_default();
+        ensure_replacing(ctx, c, &binding, |live| live.data.get("roleRef") != Some(&role_ref)).await?;
         ensure(ctx, c, &objects::config_map(c, &r)).await?;
         crate::certs::ensure_mite_secret(ctx, c, &ca).await?;
         ensure(ctx, c, &objects::service(c)).await?;
@@ -375,27 +376,22 @@ pub type ReconcileError = opkit::reconcile::ReconcileError<Error>;
 /// Reconcile one controller within `--reconcile-timeout`: the steps, metrics, and the error's
 /// backoff.
 pub async fn reconcile(c: Arc<Controller>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let result = opkit::reconcile::within(ctx.config.reconcile_timeout, reconcile_steps(&c, &ctx)).await;
-    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
-    match &result {
-        Ok(_) => {
-            ctx.reset_backoff(&key_of(&c));
-            ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "ok".into() }).inc();
-        }
-        Err(e) => {
-            ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "error".into() }).inc();
-            ctx.metrics.errors.get_or_create(&ErrorLabels { error: e.metric_label(Error::metric_label).into() }).inc();
-            tracing::warn!(controller = %key_of(&c), error = %e, "reconcile failed");
-        }
-    }
+    let key = key_of(&c);
+    let pass = opkit::reconcile::Pass {
+        kind: "Controller",
+        key: &key,
+        limit: ctx.config.reconcile_timeout,
+        metrics: &ctx.metrics.reconcile,
+        backoff: &ctx.failures,
+    };
+    let result = pass.run(Error::metric_label, reconcile_steps(&c, &ctx)).await;
     ctx.tracked_objects();
     result
 }
 
 /// Retry a failed or timed-out controller with a growing delay (1s doubling to 5m).
 pub fn error_policy(c: Arc<Controller>, _err: &ReconcileError, ctx: Arc<Context>) -> Action {
-    Action::requeue(ctx.backoff(&key_of(&c)))
+    Action::requeue(ctx.failures.next(&key_of(&c)))
 }
 
 fn controller_of<K: Resource>(obj: &K) -> Option<ObjectRef<Controller>> {

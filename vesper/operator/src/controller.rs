@@ -18,7 +18,7 @@
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::hostaddresses::HostAddresses;
-use crate::metrics::{ErrorLabels, Metrics, ResultLabels};
+use crate::metrics::Metrics;
 use crate::status::{self, Computed};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -31,10 +31,9 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vesper_api::{PreviewEnvironment, PreviewEnvironmentStatus};
 
 /// The field manager of everything the operator writes.
@@ -48,14 +47,15 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub events: opkit::events::EventPublisher,
     pub clock: crate::clock::Clock,
-    failures: Mutex<HashMap<String, u32>>,
+    /// Failed reconciles and their retry delay (1s doubling to 5m).
+    failures: opkit::reconcile::Backoff,
     /// UIDs of previews this process has expired and not yet released, so an expiry is counted
     /// once however many reconciles see it before the deletion lands.
     expired: Mutex<std::collections::HashSet<String>>,
     /// Previews blocked by a namespace or object Vesper did not create, and how often they were
     /// checked again: someone else's object carries none of Vesper's labels, so its deletion
     /// wakes no watch, and the preview is retried on a growing delay instead.
-    blocked: Mutex<HashMap<String, u32>>,
+    blocked: opkit::reconcile::Backoff,
 }
 
 impl Context {
@@ -74,9 +74,9 @@ impl Context {
             metrics,
             events,
             clock,
-            failures: Mutex::new(HashMap::new()),
+            failures: opkit::reconcile::Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             expired: Mutex::new(Default::default()),
-            blocked: Mutex::new(HashMap::new()),
+            blocked: opkit::reconcile::Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
         }
     }
 
@@ -126,7 +126,7 @@ impl Context {
         let became_ready = phase == Some(vesper_api::Phase::Ready)
             && pe.status.as_ref().and_then(|s| s.phase) != Some(vesper_api::Phase::Ready);
         self.write_status(pe, computed.status).await?;
-        self.metrics.set_phase(&pe.uid().unwrap_or_default(), phase);
+        self.metrics.previews.set(&pe.uid().unwrap_or_default(), phase);
         if became_ready
             && pe
                 .status
@@ -167,9 +167,9 @@ impl Context {
             e.remove(&uid);
         }
         // A preview recreated under the same name starts its retries afresh.
-        self.unblocked(&key_of(pe));
-        self.reset_backoff(&key_of(pe));
-        self.metrics.set_phase(&uid, None);
+        self.blocked.reset(&key_of(pe));
+        self.failures.reset(&key_of(pe));
+        self.metrics.previews.set(&uid, None);
         self.events.forget(&uid);
         let ns = crate::naming::namespace_name(&pe.namespace().unwrap_or_default(), &pe.name_any());
         self.metrics.writes.verified().forget_namespace(&ns);
@@ -180,11 +180,10 @@ impl Context {
     /// phases, verified objects, event series); zero once every preview it saw is gone. Also exported as the
     /// gauge `vesper_tracked_objects`.
     pub fn tracked_objects(&self) -> usize {
-        let len = |m: &Mutex<HashMap<String, u32>>| m.lock().map(|m| m.len()).unwrap_or(0);
-        let n = len(&self.failures)
-            + len(&self.blocked)
+        let n = self.failures.len()
+            + self.blocked.len()
             + self.expired.lock().map(|e| e.len()).unwrap_or(0)
-            + self.metrics.tracked_phases()
+            + self.metrics.previews.len()
             + self.metrics.writes.verified().len()
             + self.events.tracked_series();
         self.metrics.tracked_objects.set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -193,30 +192,7 @@ impl Context {
 
     /// When to check a blocked preview again: 1s, doubling to 5 minutes.
     fn blocked_retry(&self, key: &str) -> Duration {
-        let Ok(mut b) = self.blocked.lock() else { return Duration::from_secs(60) };
-        let n = b.entry(key.to_string()).or_insert(0);
-        let delay = Duration::from_secs(1u64 << (*n).min(9)).min(Duration::from_secs(300));
-        *n += 1;
-        delay
-    }
-
-    fn unblocked(&self, key: &str) {
-        if let Ok(mut b) = self.blocked.lock() {
-            b.remove(key);
-        }
-    }
-
-    fn backoff(&self, key: &str) -> Duration {
-        let Ok(mut f) = self.failures.lock() else { return Duration::from_secs(5) };
-        let n = f.entry(key.to_string()).or_insert(0);
-        *n = (*n + 1).min(10);
-        Duration::from_millis(500u64 << *n).min(Duration::from_secs(300))
-    }
-
-    fn reset_backoff(&self, key: &str) {
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(key);
-        }
+        self.blocked.next(key)
     }
 }
 
@@ -225,7 +201,8 @@ fn key_of(pe: &PreviewEnvironment) -> String {
 }
 
 /// Make sure an object in the preview's namespace is what it should be: refuse to touch one
-/// that is not Vesper's, write only when it differs.
+/// that is not Vesper's, write only when it differs. The ownership check and the comparison
+/// share one read of the live object.
 async fn ensure_owned<K>(ctx: &Context, pe: &PreviewEnvironment, namespace: &str, desired: &K) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
@@ -235,15 +212,20 @@ where
         + DeserializeOwned,
 {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
-    let name = desired.meta().name.clone().unwrap_or_default();
-    if let Some(live) = api.get_opt(&name).await?
-        && !crate::meta::is_ours(live.meta(), pe)
-    {
-        return Err(Error::Conflict { kind: K::kind(&()).into_owned(), namespace: namespace.into(), name });
+    let is_ours = |meta: &kube::api::ObjectMeta| crate::meta::is_ours(meta, pe);
+    let guard = opkit::apply::Guard { is_ours: &is_ours, recreate: &|_| false };
+    match ctx.metrics.writes.ensure_guarded(&api, desired, MANAGER, &guard).await {
+        Ok(applied) => {
+            ctx.restored(pe, &applied).await;
+            Ok(())
+        }
+        Err(opkit::Error::NotOwned { .. }) => Err(Error::Conflict {
+            kind: K::kind(&()).into_owned(),
+            namespace: namespace.into(),
+            name: desired.meta().name.clone().unwrap_or_default(),
+        }),
+        Err(e) => Err(e.into()),
     }
-    let applied = ctx.metrics.writes.ensure_detailed(&api, desired, MANAGER).await?;
-    ctx.restored(pe, &applied).await;
-    Ok(())
 }
 
 /// The whole reconciliation of one preview.
@@ -339,7 +321,7 @@ async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Actio
         }
         Err(e) => return Err(e),
     };
-    ctx.unblocked(&key_of(pe));
+    ctx.blocked.reset(&key_of(pe));
     // 7. Status, from what the Deployment and its pods report.
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns_name);
     let dep = deployments.get_opt(crate::deployment::NAME).await?;
@@ -366,37 +348,33 @@ pub type ReconcileError = opkit::reconcile::ReconcileError<Error>;
 /// Reconcile one preview within `--reconcile-timeout`: the steps, metrics, and on failure the
 /// Ready condition saying why.
 pub async fn reconcile(pe: Arc<PreviewEnvironment>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let result = opkit::reconcile::within(ctx.config.reconcile_timeout, reconcile_steps(&pe, &ctx)).await;
-    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
-    match &result {
-        Ok(_) => {
-            ctx.reset_backoff(&key_of(&pe));
-            ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "ok".into() }).inc();
-        }
-        Err(e) => {
-            ctx.metrics.reconciles.get_or_create(&ResultLabels { result: "error".into() }).inc();
-            ctx.metrics.errors.get_or_create(&ErrorLabels { error: e.metric_label(Error::metric_label).into() }).inc();
-            tracing::warn!(preview = %key_of(&pe), error = %e, "reconcile failed");
-            if pe.metadata.deletion_timestamp.is_none()
-                && let Err(e2) = ctx.apply(&pe, status::reconcile_error(&pe, &e.to_string(), ctx.clock.now())).await
-            {
-                tracing::warn!(preview = %key_of(&pe), error = %e2, "could not record the error in the status");
-            }
-        }
+    let key = key_of(&pe);
+    let pass = opkit::reconcile::Pass {
+        kind: "PreviewEnvironment",
+        key: &key,
+        limit: ctx.config.reconcile_timeout,
+        metrics: &ctx.metrics.reconcile,
+        backoff: &ctx.failures,
+    };
+    let result = pass.run(Error::metric_label, reconcile_steps(&pe, &ctx)).await;
+    if let Err(e) = &result
+        && pe.metadata.deletion_timestamp.is_none()
+        && let Err(e2) = ctx.apply(&pe, status::reconcile_error(&pe, &e.to_string(), ctx.clock.now())).await
+    {
+        tracing::warn!(preview = %key, error = %e2, "could not record the error in the status");
     }
     ctx.tracked_objects();
     result
 }
 
-/// Retry a failed or timed-out preview with a growing delay (0.5s doubling to 5m); an error in
+/// Retry a failed or timed-out preview with a growing delay (1s doubling to 5m); an error in
 /// its spec is not retried (the status says what to fix, and a new generation reconciles it
 /// again).
 pub fn error_policy(pe: Arc<PreviewEnvironment>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
     if err.failed().is_some_and(Error::is_invalid_spec) {
         return Action::await_change();
     }
-    Action::requeue(ctx.backoff(&key_of(&pe)))
+    Action::requeue(ctx.failures.next(&key_of(&pe)))
 }
 
 /// The preview an object made for it belongs to.

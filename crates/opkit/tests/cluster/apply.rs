@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use opkit::apply::{Outcome, WriteCounter, ensure};
+use opkit::apply::{Guard, Outcome, WriteCounter, ensure};
 
 use crate::cluster;
 
@@ -273,5 +273,44 @@ async fn bad_input_is_refused_before_any_request() -> anyhow::Result<()> {
     assert!(err.to_string().contains("metadata.name"), "{err}");
     let err = ensure(&api, &config_map(&[], &[]), "").await.expect_err("no field manager");
     assert!(err.to_string().contains("field manager"), "{err}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_guarded_write_leaves_a_foreign_object_alone_and_recreates_on_an_immutable_change() -> anyhow::Result<()> {
+    let dc = cluster().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
+    let writes = WriteCounter::new();
+    // Someone else's ConfigMap of the name we want: not written over, and the error says whose.
+    api.create(&Default::default(), &config_map(&[("theirs", "yes")], &[("owner", "someone-else")])).await?;
+    let is_ours = |m: &ObjectMeta| m.labels.as_ref().and_then(|l| l.get("owner")).map(String::as_str) == Some("us");
+    let never = |_: &kube::api::DynamicObject| false;
+    let guard = Guard { is_ours: &is_ours, recreate: &never };
+    let desired = config_map(&[("mode", "preview")], &[("owner", "us")]);
+    let err = writes.ensure_guarded(&api, &desired, FM, &guard).await.expect_err("a foreign object is refused");
+    assert!(matches!(&err, opkit::Error::NotOwned { object } if object == "ConfigMap default/owned"), "{err}");
+    assert_eq!(err.metric_label(), "not_owned");
+    assert_eq!(api.get("owned").await?.data, Some(labels(&[("theirs", "yes")])), "left untouched");
+    assert_eq!(writes.writes(), 0);
+
+    // Ours: compared and written as ensure does.
+    api.delete("owned", &Default::default()).await?;
+    assert_eq!(writes.ensure_guarded(&api, &desired, FM, &guard).await?.outcome, Outcome::Created);
+    assert_eq!(writes.ensure_guarded(&api, &desired, FM, &guard).await?.outcome, Outcome::Unchanged);
+    let first_uid = api.get("owned").await?.uid();
+
+    // A field the guard says cannot change: the live object is deleted and created again.
+    let desired2 = config_map(&[("mode", "review")], &[("owner", "us")]);
+    let immutable =
+        |live: &kube::api::DynamicObject| live.data.pointer("/data/mode") != Some(&serde_json::json!("review"));
+    let recreating = Guard { is_ours: &is_ours, recreate: &immutable };
+    let applied = writes.ensure_guarded(&api, &desired2, FM, &recreating).await?;
+    assert_eq!((applied.outcome, applied.recreated), (Outcome::Created, true));
+    let now = api.get("owned").await?;
+    assert_ne!(now.uid(), first_uid, "a new object");
+    assert_eq!(now.data, desired2.data);
+    assert_eq!((writes.get(Outcome::Deleted), writes.get(Outcome::Created)), (1, 2));
+    // Once it matches, nothing more happens.
+    assert_eq!(writes.ensure_guarded(&api, &desired2, FM, &recreating).await?.outcome, Outcome::Unchanged);
     Ok(())
 }

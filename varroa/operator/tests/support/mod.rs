@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use varroa_api::{Controller, ControllerPhase};
 use varroa_operator::Config;
-use varroa_operator::metrics::{Metrics, ResultLabels};
+use varroa_operator::metrics::Metrics;
 use varroa_operator::mite::StaticMites;
 
 /// The namespace of the tests' controllers.
@@ -322,8 +322,8 @@ pub fn condition<'a>(
 pub fn reconciles(m: &Metrics) -> u64 {
     // One guard at a time: a Family's guard holds its lock (a second get_or_create that must
     // insert would wait on it forever).
-    let ok = m.reconciles.get_or_create(&ResultLabels { result: "ok".into() }).get();
-    let failed = m.reconciles.get_or_create(&ResultLabels { result: "error".into() }).get();
+    let ok = m.reconcile.count("ok");
+    let failed = m.reconcile.count("error");
     ok + failed
 }
 

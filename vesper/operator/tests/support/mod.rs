@@ -23,7 +23,7 @@ use std::time::Duration;
 use vesper_api::{Phase, PreviewEnvironment};
 use vesper_operator::Config;
 use vesper_operator::clock::Clock;
-use vesper_operator::metrics::{Metrics, ResultLabels};
+use vesper_operator::metrics::Metrics;
 
 /// The namespace the tests' previews live in.
 pub const TEAM: &str = "team-a";
@@ -358,7 +358,7 @@ pub fn hash8(namespace: &str, name: &str) -> String {
 
 /// Successful reconciles so far.
 pub fn reconciles_ok(m: &Metrics) -> u64 {
-    m.reconciles.get_or_create(&ResultLabels { result: "ok".into() }).get()
+    m.reconcile.count("ok")
 }
 
 /// The operator's metrics whose names start with `prefix`, as Prometheus text.
@@ -372,7 +372,7 @@ pub fn metrics_text(m: &Metrics, prefix: &str) -> String {
 
 /// Failed reconciles so far.
 pub fn reconciles_failed(m: &Metrics) -> u64 {
-    m.reconciles.get_or_create(&ResultLabels { result: "error".into() }).get()
+    m.reconcile.count("error")
 }
 
 /// Wait (polling, for in-process state that has no watch) until `f` holds.
