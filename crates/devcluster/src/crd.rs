@@ -51,8 +51,8 @@ pub fn validate(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
     }
     if plural.is_empty() {
         errs.push(FieldError::required(spec.child("names").child("plural"), ""));
-    } else if !crate::validation::names::is_dns1035_label(plural).is_empty() {
-        let msgs = crate::validation::names::is_dns1035_label(plural);
+    } else if !crate::names::is_dns1035_label(plural).is_empty() {
+        let msgs = crate::names::is_dns1035_label(plural);
         errs.push(FieldError::invalid(spec.child("names").child("plural"), plural, msgs.join(",")));
     }
     if kind.is_empty() {
@@ -88,7 +88,7 @@ pub fn validate(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let vname = s(v, "/name");
         if vname.is_empty() {
             errs.push(FieldError::required(vp.child("name"), ""));
-        } else if !crate::validation::names::is_dns1035_label(vname).is_empty() {
+        } else if !crate::names::is_dns1035_label(vname).is_empty() {
             errs.push(FieldError::invalid(vp.child("name"), vname, "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character"));
         } else if !seen.insert(vname.to_string()) {
             errs.push(FieldError::duplicate(vp.child("name"), vname));

@@ -9,11 +9,6 @@ pub fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// Now as `metav1.MicroTime` (events' eventTime, leases' renewTime).
-pub fn now_micro() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
-}
-
 pub fn new_uid() -> String {
     uuid::Uuid::new_v4().to_string()
 }

@@ -936,28 +936,6 @@ pub struct DeleteOpts {
     pub user: Option<crate::auth::rbac::UserInfo>,
 }
 
-/// Whether DELETE answers the deleted object (`true`) or a `Status` of `Success` naming it, for
-/// an object that is gone at once: the registries whose `genericregistry.Store` sets
-/// `ReturnDeletedObject: true` (kubernetes/kubernetes pkg/registry/*/*/storage/storage.go).
-/// Custom resources (apiextensions-apiserver pkg/registry/customresource/etcd.go) do not. An
-/// object that stays because finalizers or a grace period keep it is always answered.
-pub fn returns_deleted_object(group: &str, resource: &str) -> bool {
-    matches!(
-        (group, resource),
-        ("", "pods" | "services" | "serviceaccounts" | "namespaces" | "persistentvolumes" | "persistentvolumeclaims")
-            | (
-                "storage.k8s.io",
-                "storageclasses" | "volumeattachments" | "csidrivers" | "csinodes" | "volumeattributesclasses"
-            )
-            | ("scheduling.k8s.io", "priorityclasses")
-            | ("node.k8s.io", "runtimeclasses")
-            | ("flowcontrol.apiserver.k8s.io", "flowschemas" | "prioritylevelconfigurations")
-            | ("internal.apiserver.k8s.io", "storageversions")
-            | ("networking.k8s.io", "ipaddresses" | "servicecidrs")
-            | ("resource.k8s.io", _)
-    )
-}
-
 /// The HTTP code of a DELETE's answer (apiserver/pkg/endpoints/handlers/delete.go): 200, or
 /// 202 when the object stays and the client sent `orphanDependents: false`.
 pub fn delete_status_code(d: &Deleted, opts: &DeleteOpts) -> u16 {

@@ -4,8 +4,8 @@
 
 use crate::schema::{Defs, SchemaRef};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
 /// Where objects of a resource are stored: group and plural resource name, version-independent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -20,7 +20,7 @@ impl GroupResource {
     }
 }
 
-pub use crate::validation::names::NameRule;
+pub use crate::names::NameRule;
 
 /// The scale subresource of a kind: where the replica counts and the selector live.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,7 +98,7 @@ pub struct ResourceDef {
     pub storage_schema: Option<KindSchema>,
     /// Field selectors supported beyond metadata.name and metadata.namespace: label -> JSON path.
     pub field_labels: Vec<(String, String)>,
-    /// DELETE answers the deleted object rather than a `Status` (`ops::returns_deleted_object`).
+    /// DELETE answers the deleted object rather than a `Status` (`returns_deleted_object`).
     pub return_deleted_object: bool,
     /// A PUT of an object that does not exist creates it.
     pub create_on_update: bool,
@@ -355,15 +355,7 @@ const BUILTIN_GROUP_ORDER: [&str; 15] = [
     "coordination.k8s.io",
 ];
 
-/// The OpenAPI definitions of every built-in kind (from k8s-openapi's schemars impls), generated
-/// once per process and shared by every cluster in it.
-/// Definitions of the built-in kinds, and each kind's component name by (group, kind).
-pub type BuiltinSchemas = (Arc<Defs>, HashMap<(String, String), String>);
-
-pub fn builtin_schemas() -> &'static BuiltinSchemas {
-    static SCHEMAS: OnceLock<BuiltinSchemas> = OnceLock::new();
-    SCHEMAS.get_or_init(crate::builtin::schemas::generate)
-}
+pub use crate::builtin::schemas::{BuiltinSchemas, builtin_schemas};
 
 struct B {
     group: &'static str,
@@ -667,12 +659,34 @@ fn builtin_defs() -> Vec<ResourceDef> {
                 storage_version: b.version.into(),
                 storage_schema: None,
                 field_labels,
-                return_deleted_object: crate::ops::returns_deleted_object(b.group, b.plural),
+                return_deleted_object: returns_deleted_object(b.group, b.plural),
                 create_on_update: matches!(b.kind, "Endpoints" | "Event" | "Lease"),
                 review: b.review,
             }
         })
         .collect()
+}
+
+/// Whether DELETE answers the deleted object (`true`) or a `Status` of `Success` naming it, for
+/// an object that is gone at once: the registries whose `genericregistry.Store` sets
+/// `ReturnDeletedObject: true` (kubernetes/kubernetes pkg/registry/*/*/storage/storage.go).
+/// Custom resources (apiextensions-apiserver pkg/registry/customresource/etcd.go) do not. An
+/// object that stays because finalizers or a grace period keep it is always answered.
+pub fn returns_deleted_object(group: &str, resource: &str) -> bool {
+    matches!(
+        (group, resource),
+        ("", "pods" | "services" | "serviceaccounts" | "namespaces" | "persistentvolumes" | "persistentvolumeclaims")
+            | (
+                "storage.k8s.io",
+                "storageclasses" | "volumeattachments" | "csidrivers" | "csinodes" | "volumeattributesclasses"
+            )
+            | ("scheduling.k8s.io", "priorityclasses")
+            | ("node.k8s.io", "runtimeclasses")
+            | ("flowcontrol.apiserver.k8s.io", "flowschemas" | "prioritylevelconfigurations")
+            | ("internal.apiserver.k8s.io", "storageversions")
+            | ("networking.k8s.io", "ipaddresses" | "servicecidrs")
+            | ("resource.k8s.io", _)
+    )
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ impl fmt::Display for SelectorError {
 impl std::error::Error for SelectorError {}
 
 // Label keys and values are validated by the apimachinery validators (v1.33 texts).
-pub use crate::validation::names::{is_dns1123_subdomain, is_qualified_name, is_valid_label_value};
+pub use crate::names::{is_qualified_name, is_valid_label_value};
 
 /// `utilerrors.NewAggregate(errs).Error()`: duplicates dropped, one message bare, several in
 /// brackets.

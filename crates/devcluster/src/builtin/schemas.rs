@@ -11,7 +11,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apireg;
 use schemars::generate::SchemaSettings;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 macro_rules! kinds {
     ($gen:ident, $names:ident; $( $group:literal $kind:literal => $ty:ty ),* $(,)?) => {
@@ -22,6 +22,16 @@ macro_rules! kinds {
             }
         )*
     };
+}
+
+/// Definitions of the built-in kinds, and each kind's component name by (group, kind).
+pub type BuiltinSchemas = (Arc<Defs>, HashMap<(String, String), String>);
+
+/// The OpenAPI definitions of every built-in kind (from k8s-openapi's schemars impls), generated
+/// once per process and shared by every cluster in it.
+pub fn builtin_schemas() -> &'static BuiltinSchemas {
+    static SCHEMAS: OnceLock<BuiltinSchemas> = OnceLock::new();
+    SCHEMAS.get_or_init(generate)
 }
 
 /// Definitions of every built-in kind (and everything they reference), and the component name

@@ -13,7 +13,7 @@
 
 use crate::builtin::quantity::{Quantity, parse_quantity_value};
 use crate::field::{FieldError, Path};
-use crate::validation::names::{self, NameRule};
+use crate::names::{self, NameRule};
 use serde_json::{Map, Value};
 
 type Errs = Vec<FieldError>;
@@ -118,12 +118,6 @@ pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Ve
             pod_template(obj.get("template").unwrap_or(&Value::Null), &Path::new("template"), &mut errs)
         }
         ("", "Service") => service(obj, old, &mut errs),
-        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
-            errs.extend(crate::admission::policy::validate_policy(obj))
-        }
-        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
-            errs.extend(crate::admission::policy::validate_binding(obj))
-        }
         ("", "ConfigMap") => config_map(obj, old, &mut errs),
         ("", "Secret") => secret(obj, old, &mut errs),
         ("", "Namespace") => {
@@ -893,7 +887,7 @@ fn cron_job(obj: &Value, spec: &Value, p: &Path, create: bool, errs: &mut Errs) 
     if schedule.is_empty() {
         errs.push(FieldError::required(p.child("schedule"), ""));
     } else {
-        if let Err(e) = crate::controllers::cronjob::Schedule::parse(schedule) {
+        if let Err(e) = crate::cron::Schedule::parse(schedule) {
             errs.push(FieldError::invalid(p.child("schedule"), schedule, e));
         }
         if schedule.contains("TZ") {

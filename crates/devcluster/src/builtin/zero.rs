@@ -155,7 +155,7 @@ mod tests {
     use serde_json::json;
 
     fn defs() -> std::sync::Arc<Defs> {
-        crate::registry::builtin_schemas().0.clone()
+        crate::builtin::schemas::builtin_schemas().0.clone()
     }
 
     #[test]

@@ -84,10 +84,6 @@ fn available_status(cur: Option<&Value>) -> Value {
 }
 
 impl Controller for ApiServiceRegistration {
-    fn name(&self) -> &'static str {
-        "apiservice-registration"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr == apiservices()
             || (c.gr.group == "apiextensions.k8s.io" && c.gr.resource == "customresourcedefinitions")

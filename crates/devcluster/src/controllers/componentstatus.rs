@@ -16,10 +16,6 @@ pub struct ComponentStatuses;
 const COMPONENTS: [&str; 3] = ["controller-manager", "etcd-0", "scheduler"];
 
 impl Controller for ComponentStatuses {
-    fn name(&self) -> &'static str {
-        "componentstatuses"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr.group.is_empty() && c.gr.resource == "componentstatuses" {
             out.push(Key::new("", "componentstatuses", "", ""));

@@ -19,10 +19,6 @@ fn crds() -> GroupResource {
 }
 
 impl Controller for CrdCleanup {
-    fn name(&self) -> &'static str {
-        "crd-cleanup"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr == crds() {
             if c.kind != EventType::Deleted && meta::is_deleting(&c.object) {

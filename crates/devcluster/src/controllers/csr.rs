@@ -37,10 +37,6 @@ fn has(csr: &Value, t: &str) -> bool {
 }
 
 impl Controller for CsrSigner {
-    fn name(&self) -> &'static str {
-        "csrsigning"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr == csrs() && c.kind != EventType::Deleted {
             out.push(Key::of(c));

@@ -389,10 +389,6 @@ impl DaemonSetController {
 }
 
 impl Controller for DaemonSetController {
-    fn name(&self) -> &'static str {
-        "daemonset"
-    }
-
     fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr == daemonsets() && c.kind != EventType::Deleted {
             out.push(Key::of(c));

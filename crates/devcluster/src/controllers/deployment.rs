@@ -137,10 +137,6 @@ fn scale_rs(cl: &Cluster, d: &Value, rs: &Value, to: i64, max_surge: i64) -> Opt
 }
 
 impl Controller for DeploymentController {
-    fn name(&self) -> &'static str {
-        "deployment"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr.group == "apps" && c.gr.resource == "deployments" && c.kind != EventType::Deleted {
             out.push(Key::of(c));

@@ -385,10 +385,6 @@ fn scale_changed(c: &Change) -> bool {
 }
 
 impl Controller for DisruptionController {
-    fn name(&self) -> &'static str {
-        "disruption"
-    }
-
     fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         let pdbs = || super::list_ns(cl, GROUP, RESOURCE, &c.namespace);
         match (c.gr.group.as_str(), c.gr.resource.as_str()) {

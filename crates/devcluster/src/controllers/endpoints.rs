@@ -138,10 +138,6 @@ fn sync_service(cl: &Cluster, svc: &Value) {
 }
 
 impl Controller for EndpointsController {
-    fn name(&self) -> &'static str {
-        "endpoints"
-    }
-
     fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr.group.is_empty() && c.gr.resource == "services" && c.kind != EventType::Deleted {
             out.push(Key::of(c));

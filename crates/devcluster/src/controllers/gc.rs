@@ -82,10 +82,6 @@ fn dependents_of(cl: &Cluster, uid: &str) -> Vec<Key> {
 }
 
 impl Controller for GarbageCollector {
-    fn name(&self) -> &'static str {
-        "garbage-collector"
-    }
-
     fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         let key = Key::of(c);
         let uid = meta::uid(&c.object);

@@ -624,10 +624,6 @@ impl JobController {
 }
 
 impl Controller for JobController {
-    fn name(&self) -> &'static str {
-        "job"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr == jobs() {
             if c.kind != EventType::Deleted {
@@ -678,10 +674,6 @@ fn expires_at(job: &Value) -> Option<i64> {
 }
 
 impl Controller for TtlAfterFinished {
-    fn name(&self) -> &'static str {
-        "ttl-after-finished"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr == jobs() && c.kind != EventType::Deleted {
             out.push(Key::of(c));

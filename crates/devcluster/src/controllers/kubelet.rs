@@ -363,10 +363,6 @@ fn go_secs(s: i64) -> String {
 }
 
 impl Controller for Kubelet {
-    fn name(&self) -> &'static str {
-        "kubelet"
-    }
-
     fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr == pods() {
             // Deleted too: a runtime pod's processes end when its object is gone.

@@ -58,7 +58,6 @@ impl Key {
 
 /// One controller.
 pub trait Controller: Send + Sync {
-    fn name(&self) -> &'static str;
     /// The keys this change asks the controller to look at.
     fn keys_for(&self, cl: &Cluster, change: &Change, out: &mut Vec<Key>);
     /// Every key it is responsible for: at start, and after the change feed was lost.

@@ -174,10 +174,6 @@ fn finish(cl: &Cluster, ns_obj: &Value) {
 }
 
 impl Controller for NamespaceController {
-    fn name(&self) -> &'static str {
-        "namespace"
-    }
-
     fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr.group.is_empty() && c.gr.resource == "namespaces" {
             if c.kind != EventType::Deleted {

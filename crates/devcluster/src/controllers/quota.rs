@@ -18,10 +18,6 @@ fn quotas() -> GroupResource {
 }
 
 impl Controller for QuotaController {
-    fn name(&self) -> &'static str {
-        "resourcequota"
-    }
-
     fn keys_for(&self, cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.namespace.is_empty() || (c.gr.group.is_empty() && c.gr.resource == "events") {
             return;

@@ -235,10 +235,6 @@ impl Replicated {
 }
 
 impl Controller for ReplicaSetController {
-    fn name(&self) -> &'static str {
-        "replicaset"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         REPLICA_SETS.keys_for(c, out);
     }

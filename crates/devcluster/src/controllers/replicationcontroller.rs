@@ -18,10 +18,6 @@ const RCS: Replicated = Replicated {
 pub struct ReplicationManager;
 
 impl Controller for ReplicationManager {
-    fn name(&self) -> &'static str {
-        "replicationcontroller"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         RCS.keys_for(c, out);
     }

@@ -142,10 +142,6 @@ fn new_pod(sts: &Value, i: usize, revision: &str) -> Value {
 }
 
 impl Controller for StatefulSetController {
-    fn name(&self) -> &'static str {
-        "statefulset"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr.group == "apps" && c.gr.resource == "statefulsets" && c.kind != EventType::Deleted {
             out.push(Key::of(c));
@@ -291,10 +287,6 @@ impl Controller for StatefulSetController {
 pub struct VolumeBinder;
 
 impl Controller for VolumeBinder {
-    fn name(&self) -> &'static str {
-        "volume-binder"
-    }
-
     fn keys_for(&self, _cl: &Cluster, c: &Change, out: &mut Vec<Key>) {
         if c.gr.group.is_empty() && c.gr.resource == "persistentvolumeclaims" {
             if c.kind == EventType::Deleted {

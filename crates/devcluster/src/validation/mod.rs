@@ -3,8 +3,9 @@
 //! resources (their CRD's schema and CEL rules).
 
 pub mod cel;
-pub mod names;
 pub mod structural;
+
+use crate::names;
 
 use crate::cluster::Cluster;
 use crate::field::{FieldError, Path};
@@ -84,6 +85,17 @@ pub fn validate(_cl: &Cluster, def: &ResourceDef, obj: &Value, old: Option<&Valu
     } else {
         // The built-in validation includes the object meta checks with the kind's name rule.
         errs.extend(crate::builtin::validate::validate(&def.group, &def.kind, obj, old));
+        // The admission policy kinds' own checks compile their CEL, so they live with the
+        // policy evaluator rather than among the built-in rules.
+        match (def.group.as_str(), def.kind.as_str()) {
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+                errs.extend(crate::admission::policy::validate_policy(obj))
+            }
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+                errs.extend(crate::admission::policy::validate_binding(obj))
+            }
+            _ => {}
+        }
         if def.group == "apiextensions.k8s.io" && def.kind == "CustomResourceDefinition" {
             errs.extend(crate::crd::validate(obj, old));
         }

@@ -1207,7 +1207,7 @@ fn validate_embedded_resource(path: &Path, x: &Map<String, Value>, errs: &mut Ve
                     errs.push(FieldError::invalid(path.child("kind"), kind.as_str(), "must not be empty"))
                 }
                 Value::String(kind) => {
-                    let msgs = super::names::is_dns1035_label(&kind.to_lowercase());
+                    let msgs = crate::names::is_dns1035_label(&kind.to_lowercase());
                     if !msgs.is_empty() {
                         errs.push(FieldError::invalid(
                             path.child("kind"),
@@ -2419,8 +2419,8 @@ fn unescape_single_quote(s: &str) -> Result<String, String> {
 // ---------------------------------------------------------------------------------------------
 
 mod objectmeta {
-    use super::super::names;
     use crate::field::{FieldError, Path};
+    use crate::names;
     use serde_json::Value;
 
     /// The JSON type each ObjectMeta field decodes from.
