@@ -32,7 +32,8 @@
 //!
 //! A reconcile that changes nothing therefore sends one read (and, the first time this process
 //! sees an object or after someone else wrote it, one dry run); the object's `resourceVersion`
-//! stays put. New objects are created with server-side apply (`PATCH` with
+//! stays put. With a watch cache of the object ([`ensure_cached`]), step 2 is answered from the
+//! cached metadata and such a reconcile sends nothing at all. New objects are created with server-side apply (`PATCH` with
 //! `application/apply-patch+yaml`, `force=true`, the caller's field manager).
 //!
 //! A write that undoes someone else's change is [`Outcome::Restored`], with the first field that
@@ -205,6 +206,14 @@ impl Verified {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, stamp);
     }
 
+    /// Whether `meta` (a cached or freshly read object) is the version of `key` this process
+    /// last wrote or verified: same UID and `resourceVersion`, whatever the desired object was.
+    pub fn is_current(&self, key: &ObjectKey, meta: &kube::api::ObjectMeta) -> bool {
+        self.get(key).is_some_and(|s| {
+            Some(&s.uid) == meta.uid.as_ref() && Some(&s.resource_version) == meta.resource_version.as_ref()
+        })
+    }
+
     /// Forget every object in `namespace`, and the Namespace object of that name.
     pub fn forget_namespace(&self, namespace: &str) {
         self.forget(|k| k.namespace == namespace || (k.kind == "Namespace" && k.name == namespace));
@@ -262,6 +271,29 @@ pub async fn ensure_guarded<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
+    ensure_cached(api, desired, field_manager, verified, guard, None).await
+}
+
+/// [`ensure_guarded`], with what a watch cache holds of the live object (its metadata) as a hint:
+/// when the cached object is the caller's and has the UID and `resourceVersion` this process
+/// verified against the same desired object, it is [`Outcome::Unchanged`] and **no request** is
+/// sent. Otherwise (no hint, another version, another desired object) the live object is read as
+/// [`ensure_guarded`] reads it.
+///
+/// A cache is behind the API server, never ahead: a change it has not seen yet makes this answer
+/// "unchanged" once more, and the watch event that brings the change to the cache is what
+/// triggers the reconcile that restores it.
+pub async fn ensure_cached<K>(
+    api: &Api<K>,
+    desired: &K,
+    field_manager: &str,
+    verified: &Verified,
+    guard: &Guard<'_>,
+    cached: Option<&kube::api::ObjectMeta>,
+) -> Result<Applied>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
     let body = apply_body(desired)?;
     let name = desired
         .meta()
@@ -278,6 +310,28 @@ where
     }
     let key = ObjectKey { kind: kind.clone(), namespace: namespace.clone(), name: name.to_string() };
     let digest = digest_of(&body);
+    if let Some(meta) = cached
+        && (guard.is_ours)(meta)
+        && let Some(stamp) = stamp_of(meta, digest)
+        && verified.get(&key).as_ref() == Some(&stamp)
+    {
+        tracing::trace!(object = %what, "the cached object is the one verified: no request");
+        return Ok(Applied {
+            outcome: Outcome::Unchanged,
+            object: what,
+            reference: k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(api_version),
+                kind: Some(kind),
+                namespace: Some(namespace).filter(|n| !n.is_empty()),
+                name: Some(name.to_string()),
+                uid: Some(stamp.uid),
+                ..Default::default()
+            },
+            detail: None,
+            changed_by: None,
+            recreated: false,
+        });
+    }
 
     let ar = ApiResource::erase::<K>(&());
     let client: Client = api.clone().into();
@@ -859,7 +913,22 @@ impl WriteCounter {
     where
         K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     {
-        let applied = ensure_guarded(api, desired, field_manager, &self.verified, guard).await?;
+        self.ensure_cached(api, desired, field_manager, guard, None).await
+    }
+
+    /// [`ensure_cached`], counted.
+    pub async fn ensure_cached<K>(
+        &self,
+        api: &Api<K>,
+        desired: &K,
+        field_manager: &str,
+        guard: &Guard<'_>,
+        cached: Option<&kube::api::ObjectMeta>,
+    ) -> Result<Applied>
+    where
+        K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+    {
+        let applied = ensure_cached(api, desired, field_manager, &self.verified, guard, cached).await?;
         if applied.recreated {
             self.record(&K::kind(&()), Outcome::Deleted);
         }

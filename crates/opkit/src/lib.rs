@@ -8,6 +8,9 @@
 //! - [`conditions`]: `status.conditions` as the API conventions define them
 //!   (apimachinery's `meta.SetStatusCondition`);
 //! - [`events`]: `events.k8s.io/v1` Events through kube's `Recorder`;
+//! - [`client`]: the API client, counting its requests by verb and resource;
+//! - [`cache`]: watch caches of owned objects (reflector stores, metadata-only where the content
+//!   is not read), the hints of the compare-then-write;
 //! - [`apply`]: compare-then-write of owned objects with server-side apply;
 //! - [`process`]: signals, health, leader election and shutdown of an operator process, and
 //!   the API client's timeouts;
@@ -19,6 +22,8 @@
 //! devcluster exactly as production runs against a real API server.
 
 pub mod apply;
+pub mod cache;
+pub mod client;
 pub mod conditions;
 pub mod error;
 pub mod events;

@@ -451,6 +451,23 @@ async fn main() {
         "0".into(),
     ));
     rows.push(("restart: compare-then-write checks that wrote nothing".into(), unchanged.to_string(), "-".into()));
+    let requests = |s: &Scrape| {
+        let by = |v: &str| s.sum("varroa_api_requests_total", &[&format!("verb=\"{v}\"")]);
+        format!(
+            "{} GET, {} LIST, {} watch, {} dry runs and updates ({:.2} GET per reconcile)",
+            by("get"),
+            by("list"),
+            by("watch"),
+            by("update"),
+            by("get") as f64 / s.reconciles().max(1) as f64
+        )
+    };
+    rows.push(("provisioning: requests the operator sent".into(), requests(&s1), "-".into()));
+    rows.push((
+        "restart: requests the restarted process sent".into(),
+        requests(&s2),
+        format!("{} requests: the reads of {N} reconciles without caches", N * 12),
+    ));
     rows.push((
         "restart with stale stamps: status writes (other writes)".into(),
         format!("{stale_status_writes} ({})", s3.writes() - stale_status_writes),

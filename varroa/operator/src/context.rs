@@ -30,6 +30,8 @@ pub struct Context {
     pub events: opkit::events::EventPublisher,
     pub mites: Arc<dyn MiteSource>,
     pub world: WorldStores,
+    /// The caches of the controllers' own objects (crate::cache).
+    pub caches: crate::cache::Caches,
     pub fetcher: varroa_sources::Fetcher,
     /// The lifecycle activity (published on NATS, or nowhere).
     pub activity: crate::activity::Publisher,
@@ -56,6 +58,7 @@ impl Context {
         mites: Arc<dyn MiteSource>,
         world: WorldStores,
         activity: crate::activity::Publisher,
+        caches: crate::cache::Caches,
     ) -> Context {
         let (tx, world_ready) = tokio::sync::watch::channel(false);
         let w = world.clone();
@@ -82,6 +85,7 @@ impl Context {
             events,
             mites,
             world,
+            caches,
             fetcher,
             activity,
             seen: Mutex::default(),

@@ -25,9 +25,8 @@ use crate::objects::{self, PodInputs};
 use crate::status::{self, Inputs};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::{Action, Controller as KubeController};
 use kube::runtime::reflector::ObjectRef;
@@ -53,7 +52,8 @@ where
         + Clone
         + Debug
         + Serialize
-        + DeserializeOwned,
+        + DeserializeOwned
+        + crate::cache::Cached,
 {
     ensure_replacing(ctx, c, desired, |_| false).await
 }
@@ -72,13 +72,16 @@ where
         + Clone
         + Debug
         + Serialize
-        + DeserializeOwned,
+        + DeserializeOwned
+        + crate::cache::Cached,
 {
     let ns = c.namespace().unwrap_or_default();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
     let is_ours = |meta: &kube::api::ObjectMeta| objects::is_ours(meta, c);
     let guard = opkit::apply::Guard { is_ours: &is_ours, recreate: &recreate };
-    let applied = match ctx.metrics.writes.ensure_guarded(&api, desired, MANAGER, &guard).await {
+    // The cached metadata: when it is the version verified before, nothing is sent.
+    let cached = ctx.caches.meta_of::<K>(&ns, desired.meta().name.as_deref().unwrap_or_default());
+    let applied = match ctx.metrics.writes.ensure_cached(&api, desired, MANAGER, &guard, cached.as_ref()).await {
         Ok(applied) => applied,
         Err(opkit::Error::NotOwned { .. }) => {
             let name = desired.meta().name.clone().unwrap_or_default();
@@ -118,13 +121,32 @@ fn update_site(ctx: &Context, r: &varroa_config::Rendered) -> Result<String, Blo
     }
 }
 
+/// The controller's StatefulSet: the cached one when it is the version this process last wrote
+/// or verified, else read (the cache may not have caught up with a write of this pass, and the
+/// status must not report the spec before it).
+async fn stateful_set(ctx: &Context, c: &Controller) -> Result<Option<StatefulSet>> {
+    let ns = c.namespace().unwrap_or_default();
+    let key = opkit::apply::ObjectKey { kind: "StatefulSet".into(), namespace: ns.clone(), name: c.name_any() };
+    if let Some(cached) = ctx.caches.stateful_set(&ns, &c.name_any())
+        && ctx.metrics.writes.verified().is_current(&key, &cached.metadata)
+    {
+        return Ok(Some(cached));
+    }
+    let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
+    sts.get_opt(&c.name_any()).await.map_err(|e| Error::kube("reading the StatefulSet", e))
+}
+
 async fn read_workload(ctx: &Context, c: &Controller) -> Result<(Option<StatefulSet>, Vec<Pod>)> {
     let ns = c.namespace().unwrap_or_default();
-    let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let live = sts.get_opt(&c.name_any()).await.map_err(|e| Error::kube("reading the StatefulSet", e))?;
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let lp = ListParams::default().labels(&format!("{LABEL_CONTROLLER}={}", c.name_any()));
-    let pods = pods.list(&lp).await.map_err(|e| Error::kube("listing the pods", e))?.items;
+    let live = stateful_set(ctx, c).await?;
+    let pods = match ctx.caches.pods_of(&ns, &c.name_any()) {
+        Some(pods) => pods,
+        None => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            let lp = ListParams::default().labels(&format!("{LABEL_CONTROLLER}={}", c.name_any()));
+            pods.list(&lp).await.map_err(|e| Error::kube("listing the pods", e))?.items
+        }
+    };
     Ok((live, pods))
 }
 
@@ -192,10 +214,15 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
         // A host another Controller's Ingress already serves is refused.
         let conflict = match &desired {
             Some(i) => {
-                let all: Api<Ingress> = Api::all(ctx.client.clone());
-                let lp = ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
-                let existing = all.list(&lp).await.map_err(|e| Error::kube("listing Varroa's Ingresses", e))?;
-                objects::host_conflict(c, i, &existing.items)
+                let existing = match ctx.caches.all_ingresses() {
+                    Some(cached) => cached,
+                    None => {
+                        let all: Api<Ingress> = Api::all(ctx.client.clone());
+                        let lp = ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+                        all.list(&lp).await.map_err(|e| Error::kube("listing Varroa's Ingresses", e))?.items
+                    }
+                };
+                objects::host_conflict(c, i, &existing)
             }
             None => None,
         };
@@ -203,14 +230,23 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
             (Some(i), None) => ensure(ctx, c, &i).await?,
             _ => {
                 let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns);
-                if let Some(live) =
-                    api.get_opt(&c.name_any()).await.map_err(|e| Error::kube("reading the Ingress", e))?
-                    && objects::is_ours(&live.metadata, c)
-                {
-                    api.delete(&c.name_any(), &DeleteParams::default())
+                // The cache answers once it has listed; before, the Ingress is read.
+                let live = if opkit::cache::is_ready(&ctx.caches.ingresses) {
+                    ctx.caches.meta_of::<Ingress>(&ns, &c.name_any())
+                } else {
+                    api.get_opt(&c.name_any())
                         .await
-                        .map_err(|e| Error::kube("deleting the Ingress", e))?;
-                    ctx.metrics.writes.record("Ingress", opkit::apply::Outcome::Deleted);
+                        .map_err(|e| Error::kube("reading the Ingress", e))?
+                        .map(|i| i.metadata)
+                };
+                if let Some(live) = live
+                    && objects::is_ours(&live, c)
+                {
+                    match api.delete(&c.name_any(), &DeleteParams::default()).await {
+                        Ok(_) => ctx.metrics.writes.record("Ingress", opkit::apply::Outcome::Deleted),
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => return Err(Error::kube("deleting the Ingress", e)),
+                    }
                 }
             }
         }
@@ -293,11 +329,8 @@ async fn hibernating(
     if c.spec.power_state == varroa_api::PowerState::Stopped || mite.wake_requested {
         return Ok(false);
     }
-    let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &c.namespace().unwrap_or_default());
-    let marked = sts
-        .get_opt(&c.name_any())
-        .await
-        .map_err(|e| Error::kube("reading the StatefulSet", e))?
+    let marked = stateful_set(ctx, c)
+        .await?
         .is_some_and(|s| s.annotations().contains_key(varroa_api::lifecycle::ANNOTATION_HIBERNATED));
     if marked {
         return Ok(true);
@@ -414,10 +447,9 @@ pub async fn run(
     // the way (deletions are lifecycle activity).
     let (store, writer) = kube::runtime::reflector::store();
     let (world, world_changes) = crate::world::start(&client, store.clone());
-    let ours = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
-    let pods_cfg = watcher::Config::default().labels(LABEL_CONTROLLER);
     let mite_changes = mite_stream(mites.changes());
-    let ctx = Arc::new(Context::new(client.clone(), config, metrics, mites, world.clone(), activity));
+    let (caches, writers) = crate::cache::Caches::new();
+    let ctx = Arc::new(Context::new(client.clone(), config, metrics, mites, world.clone(), activity, caches));
     let seen = ctx.clone();
     let watch = watcher(controllers, watcher::Config::default()).inspect(move |e| {
         if let Ok(e) = e {
@@ -445,14 +477,16 @@ pub async fn run(
     };
     // A new gateway CA reissues every certificate and rolls every pod at once.
     let ca_changes = crate::certs::gateway_ca_changes(client.clone(), &ctx.config);
+    // The controller's objects: each watch fills a cache (crate::cache) and triggers its owner.
+    let s = crate::cache::streams(&client, writers);
     let controller = kc
-        .owns(Api::<StatefulSet>::all(client.clone()), ours.clone())
-        .owns(Api::<ConfigMap>::all(client.clone()), ours.clone())
-        .owns(Api::<Service>::all(client.clone()), ours.clone())
-        .owns(Api::<ServiceAccount>::all(client.clone()), ours.clone())
-        .owns(Api::<RoleBinding>::all(client.clone()), ours.clone())
-        .owns(Api::<Ingress>::all(client.clone()), ours)
-        .watches(Api::<Pod>::all(client.clone()), pods_cfg, |p| controller_of(&p))
+        .owns_stream(s.stateful_sets)
+        .owns_stream(s.config_maps)
+        .owns_stream(s.services)
+        .owns_stream(s.service_accounts)
+        .owns_stream(s.role_bindings)
+        .owns_stream(s.ingresses)
+        .watches_stream(s.pods, |p| controller_of(&p))
         .reconcile_on(triggers)
         .reconcile_all_on(ca_changes)
         .graceful_shutdown_on(shutdown)

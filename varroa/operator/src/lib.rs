@@ -16,6 +16,7 @@
 //! | `varroa-operator gateway-ca` | gateway_ca_cmd.rs |
 
 pub mod activity;
+pub mod cache;
 pub mod certs;
 pub mod config;
 pub mod context;

@@ -87,9 +87,10 @@ async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
     for host in api_hosts {
         config.fetch_denied_addresses.extend(varroa_operator::fetch::api_server_addresses(&host).await);
     }
-    let client = kube::Client::try_from(kube_config)
-        .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
     let metrics = Arc::new(varroa_operator::metrics::Metrics::new());
+    // The client counts its requests by verb and resource (varroa_api_requests_total).
+    let client = opkit::client::counted(kube_config, &metrics.requests)
+        .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
     registry.register_collector(Box::new(opkit::process::HeapInUse));

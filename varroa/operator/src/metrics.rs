@@ -9,6 +9,9 @@ use varroa_api::ControllerPhase;
 
 #[derive(Debug)]
 pub struct Metrics {
+    /// `varroa_api_requests_total{verb, resource}`: every request the operator's client sends
+    /// (counted when the binary builds its client with [`opkit::client::counted`]).
+    pub requests: opkit::client::RequestCounter,
     pub reconcile: ReconcileMetrics,
     /// `varroa_controllers{phase}`.
     pub controllers: PhaseGauge<ControllerPhase>,
@@ -30,6 +33,7 @@ const PHASES: [ControllerPhase; 7] = [
 impl Metrics {
     pub fn new() -> Metrics {
         Metrics {
+            requests: opkit::client::RequestCounter::new(),
             reconcile: ReconcileMetrics::default(),
             controllers: PhaseGauge::new(PHASES),
             writes: opkit::apply::WriteCounter::new(),
@@ -40,6 +44,7 @@ impl Metrics {
     /// Register under the prefix `varroa_`.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("varroa");
+        self.requests.register(r);
         self.reconcile.register(r, "controllers");
         r.register("controllers", "Controllers by phase", self.controllers.family());
         r.register(

@@ -108,11 +108,31 @@ impl Operator {
     /// API writes the operator made: the sum of `vesper_apply_total` over all outcomes but
     /// `unchanged`.
     async fn writes(&self) -> u64 {
+        self.sum(|l| l.starts_with("vesper_apply_total{") && !l.contains("outcome=\"unchanged\"")).await as u64
+    }
+
+    /// The sum of the metric samples `which` selects.
+    async fn sum(&self, which: impl Fn(&str) -> bool) -> f64 {
         let body = self.get("/metrics").await.expect("metrics scraped");
-        body.lines()
-            .filter(|l| l.starts_with("vesper_apply_total{") && !l.contains("outcome=\"unchanged\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+        body.lines().filter(|l| which(l)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>()
+    }
+
+    /// Requests the operator sent (`vesper_api_requests_total`), by verb, and reconciles.
+    async fn requests(&self) -> Requests {
+        let verb = |v: &'static str| {
+            move |l: &str| l.starts_with("vesper_api_requests_total{") && l.contains(&format!("verb=\"{v}\""))
+        };
+        Requests {
+            gets: self.sum(verb("get")).await,
+            lists: self.sum(verb("list")).await,
+            writes: self
+                .sum(|l| {
+                    l.starts_with("vesper_api_requests_total{")
+                        && ["create", "update", "patch", "delete"].iter().any(|v| l.contains(&format!("verb=\"{v}\"")))
+                })
+                .await,
+            reconciles: self.sum(|l| l.starts_with("vesper_reconciles_total{")).await,
+        }
     }
 
     /// (current RSS, peak RSS) in MiB, from /proc.
@@ -127,6 +147,38 @@ impl Operator {
                 .unwrap_or(0.0)
         };
         (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+    }
+}
+
+/// What the operator sent, from its metrics.
+#[derive(Clone, Copy, Default)]
+struct Requests {
+    gets: f64,
+    lists: f64,
+    /// create, update (dry runs included), patch, delete.
+    writes: f64,
+    reconciles: f64,
+}
+
+impl Requests {
+    fn since(self, before: Requests) -> Requests {
+        Requests {
+            gets: self.gets - before.gets,
+            lists: self.lists - before.lists,
+            writes: self.writes - before.writes,
+            reconciles: self.reconciles - before.reconciles,
+        }
+    }
+
+    fn per_reconcile(self) -> String {
+        let r = self.reconciles.max(1.0);
+        format!(
+            "{:.2} GET, {:.2} LIST, {:.2} writes and dry runs per reconcile ({} reconciles)",
+            self.gets / r,
+            self.lists / r,
+            self.writes / r,
+            self.reconciles
+        )
     }
 }
 
@@ -274,6 +326,30 @@ async fn main() {
         let through = t.elapsed();
         let total_writes = (dc.cluster().store.current_rv() - rv0) as f64 / n as f64;
         let op_writes = op.writes().await as f64 / n as f64;
+        let provisioning = op.requests().await;
+        // Reconcile every preview again with nothing to change (an annotation on each wakes it):
+        // what an unchanged preview costs.
+        let before = op.requests().await;
+        let pes: Api<PreviewEnvironment> = Api::namespaced(client.clone(), "team-a");
+        let touch = kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {"bench/touch": "1"}}}));
+        futures::stream::iter(0..n)
+            .map(|i| {
+                let (pes, touch) = (pes.clone(), &touch);
+                async move { pes.patch(&format!("pr-{i}"), &Default::default(), touch).await.map(|_| ()) }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<_>>()
+            .await
+            .expect("previews annotated");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let steady = loop {
+            let now = op.requests().await.since(before);
+            if now.reconciles >= n as f64 {
+                break now;
+            }
+            assert!(Instant::now() < deadline, "the previews were not reconciled again within 60s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
         drop(op);
         dc.shutdown();
 
@@ -287,6 +363,12 @@ async fn main() {
             format!("API writes per preview, {what}: by the operator (all, cluster-wide)"),
             format!("{op_writes:.1} ({total_writes:.1})"),
             format!("7 by the client ({floor_writes:.1})"),
+        ));
+        rows.push((format!("requests while provisioning, {what}"), provisioning.per_reconcile(), "-".into()));
+        rows.push((
+            format!("requests of a reconcile that changes nothing, {what}"),
+            steady.per_reconcile(),
+            "-".into(),
         ));
     }
 

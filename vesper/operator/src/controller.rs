@@ -15,6 +15,7 @@
 //! fails ends the run: the Ready condition says why (ReconcileError) and the preview is retried
 //! with a growing delay.
 
+use crate::cache::{self, Caches};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::hostaddresses::HostAddresses;
@@ -27,7 +28,7 @@ use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -47,6 +48,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub events: opkit::events::EventPublisher,
     pub clock: crate::clock::Clock,
+    /// The watch caches reconciles read from (crate::cache).
+    pub caches: crate::cache::Caches,
     /// Failed reconciles and their retry delay (1s doubling to 5m).
     failures: opkit::reconcile::Backoff,
     /// UIDs of previews this process has expired and not yet released, so an expiry is counted
@@ -65,6 +68,7 @@ impl Context {
         hosts: HostAddresses,
         metrics: Arc<Metrics>,
         clock: crate::clock::Clock,
+        caches: crate::cache::Caches,
     ) -> Context {
         let events = opkit::events::EventPublisher::new(client.clone(), MANAGER, std::env::var("POD_NAME").ok());
         Context {
@@ -74,6 +78,7 @@ impl Context {
             metrics,
             events,
             clock,
+            caches,
             failures: opkit::reconcile::Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             expired: Mutex::new(Default::default()),
             blocked: opkit::reconcile::Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
@@ -201,9 +206,16 @@ fn key_of(pe: &PreviewEnvironment) -> String {
 }
 
 /// Make sure an object in the preview's namespace is what it should be: refuse to touch one
-/// that is not Vesper's, write only when it differs. The ownership check and the comparison
-/// share one read of the live object.
-async fn ensure_owned<K>(ctx: &Context, pe: &PreviewEnvironment, namespace: &str, desired: &K) -> Result<()>
+/// that is not Vesper's, write only when it differs. `cached` is the object's metadata in the
+/// watch cache: when it is the version verified before, nothing is sent; otherwise the
+/// ownership check and the comparison share one read of the live object.
+async fn ensure_owned<K>(
+    ctx: &Context,
+    pe: &PreviewEnvironment,
+    namespace: &str,
+    desired: &K,
+    cached: Option<kube::api::ObjectMeta>,
+) -> Result<opkit::apply::Applied>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -214,10 +226,10 @@ where
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
     let is_ours = |meta: &kube::api::ObjectMeta| crate::meta::is_ours(meta, pe);
     let guard = opkit::apply::Guard { is_ours: &is_ours, recreate: &|_| false };
-    match ctx.metrics.writes.ensure_guarded(&api, desired, MANAGER, &guard).await {
+    match ctx.metrics.writes.ensure_cached(&api, desired, MANAGER, &guard, cached.as_ref()).await {
         Ok(applied) => {
             ctx.restored(pe, &applied).await;
-            Ok(())
+            Ok(applied)
         }
         Err(opkit::Error::NotOwned { .. }) => Err(Error::Conflict {
             kind: K::kind(&()).into_owned(),
@@ -260,8 +272,14 @@ async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Actio
     // 3/4. The namespace, ours or a conflict.
     let ns_name = crate::naming::namespace_name(&pe.namespace().unwrap_or_default(), &pe.name_any());
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    if let Some(live) = namespaces.get_opt(&ns_name).await? {
-        if !crate::meta::is_ours(&live.metadata, pe) {
+    // The cache says whose the namespace is; anything but "ours" (absent, or someone else's) is
+    // read from the API server before acting on it.
+    let live = match Caches::meta(&ctx.caches.namespaces, None, &ns_name) {
+        Some(m) if crate::meta::is_ours(&m, pe) => Some(m),
+        _ => namespaces.get_opt(&ns_name).await?.map(|n| n.metadata),
+    };
+    if let Some(live) = &live {
+        if !crate::meta::is_ours(live, pe) {
             let msg = format!(
                 "namespace {ns_name} exists and was not created by Vesper for this preview (it lacks the label {}={}); Vesper does not touch it: delete it or rename the preview",
                 vesper_api::LABEL_PREVIEW_UID,
@@ -270,47 +288,57 @@ async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Actio
             ctx.apply(pe, status::failed(pe, "NamespaceConflict", &msg, now)).await?;
             return Ok(Action::requeue(ctx.blocked_retry(&key_of(pe))));
         }
-        if live.metadata.deletion_timestamp.is_some() {
+        if live.deletion_timestamp.is_some() {
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
     }
-    let applied =
-        ctx.metrics.writes.ensure_detailed(&namespaces, &crate::namespace::namespace(pe, &ns_name), MANAGER).await?;
+    let desired_ns = crate::namespace::namespace(pe, &ns_name);
+    let applied = ctx
+        .metrics
+        .writes
+        .ensure_cached(&namespaces, &desired_ns, MANAGER, &opkit::apply::Guard::ANY, live.as_ref())
+        .await?;
     ctx.restored(pe, &applied).await;
     // 5. Quota, limits, network isolation: before any pod.
     let cfg = &ctx.config;
+    let c = &ctx.caches;
+    let ns = Some(ns_name.as_str());
     let guarded = async {
-        ensure_owned::<ResourceQuota>(ctx, pe, &ns_name, &crate::quota::resource_quota(pe, cfg, &ns_name)?).await?;
-        ensure_owned::<LimitRange>(ctx, pe, &ns_name, &crate::quota::limit_range(pe, cfg, &ns_name)).await?;
+        let quota = crate::quota::resource_quota(pe, cfg, &ns_name)?;
+        ensure_owned(ctx, pe, &ns_name, &quota, Caches::meta(&c.quotas, ns, crate::quota::QUOTA_NAME)).await?;
+        let limits = crate::quota::limit_range(pe, cfg, &ns_name);
+        ensure_owned(ctx, pe, &ns_name, &limits, Caches::meta(&c.limits, ns, crate::quota::LIMIT_RANGE_NAME)).await?;
         let hosts = ctx.hosts.get();
-        ensure_owned::<NetworkPolicy>(
-            ctx,
-            pe,
-            &ns_name,
-            &crate::networkpolicy::network_policy(pe, cfg, &ns_name, &hosts),
-        )
-        .await?;
+        let policy = crate::networkpolicy::network_policy(pe, cfg, &ns_name, &hosts);
+        ensure_owned(ctx, pe, &ns_name, &policy, Caches::meta(&c.policies, ns, crate::networkpolicy::NAME)).await?;
         // 6. The workload and its routes.
-        ensure_owned::<Deployment>(ctx, pe, &ns_name, &crate::deployment::deployment(pe, cfg, &ns_name)).await?;
-        ensure_owned::<Service>(ctx, pe, &ns_name, &crate::service::service(pe, &ns_name)).await?;
+        let cached_dep = c.deployment(&ns_name, crate::deployment::NAME);
+        let deployment = crate::deployment::deployment(pe, cfg, &ns_name);
+        ensure_owned(ctx, pe, &ns_name, &deployment, cached_dep.as_ref().map(|d| d.metadata.clone())).await?;
+        let service = crate::service::service(pe, &ns_name);
+        ensure_owned(ctx, pe, &ns_name, &service, Caches::meta(&c.services, ns, crate::service::NAME)).await?;
         let host = crate::ingress::host(pe, cfg);
         match &host {
             Some(h) => {
-                ensure_owned::<Ingress>(ctx, pe, &ns_name, &crate::ingress::ingress(pe, cfg, &ns_name, h)).await?
+                let ingress = crate::ingress::ingress(pe, cfg, &ns_name, h);
+                ensure_owned(ctx, pe, &ns_name, &ingress, Caches::meta(&c.ingresses, ns, crate::ingress::NAME)).await?;
             }
             None => {
-                let ingresses: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns_name);
-                if let Some(i) = ingresses.get_opt(crate::ingress::NAME).await?
-                    && crate::meta::is_ours(&i.metadata, pe)
+                if let Some(i) = Caches::meta(&c.ingresses, ns, crate::ingress::NAME)
+                    && crate::meta::is_ours(&i, pe)
                 {
-                    ingresses.delete(crate::ingress::NAME, &DeleteParams::default()).await?;
-                    ctx.metrics.writes.record("Ingress", opkit::apply::Outcome::Deleted);
+                    let ingresses: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns_name);
+                    match ingresses.delete(crate::ingress::NAME, &DeleteParams::default()).await {
+                        Ok(_) => ctx.metrics.writes.record("Ingress", opkit::apply::Outcome::Deleted),
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => return Err(e.into()),
+                    }
                 }
             }
         }
-        Ok::<_, Error>(host)
+        Ok::<_, Error>((host, cached_dep))
     };
-    let host = match guarded.await {
+    let (host, cached_dep) = match guarded.await {
         Ok(h) => h,
         Err(Error::Conflict { kind, namespace, name }) => {
             let msg = format!(
@@ -322,12 +350,27 @@ async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Actio
         Err(e) => return Err(e),
     };
     ctx.blocked.reset(&key_of(pe));
-    // 7. Status, from what the Deployment and its pods report.
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns_name);
-    let dep = deployments.get_opt(crate::deployment::NAME).await?;
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns_name);
-    let selector = format!("{}={}", vesper_api::LABEL_PREVIEW_UID, pe.uid().unwrap_or_default());
-    let pod_list = pods.list(&ListParams::default().labels(&selector)).await?.items;
+    // 7. Status, from what the Deployment and its pods report. The cached Deployment serves
+    // when it is the version just verified or written; one the cache has not caught up with is
+    // read (its spec may have just changed, and the status must not call the old one Ready).
+    let key = opkit::apply::ObjectKey {
+        kind: "Deployment".into(),
+        namespace: ns_name.clone(),
+        name: crate::deployment::NAME.into(),
+    };
+    let dep = match cached_dep {
+        Some(d) if ctx.metrics.writes.verified().is_current(&key, &d.metadata) => Some(d),
+        _ => Api::<Deployment>::namespaced(ctx.client.clone(), &ns_name).get_opt(crate::deployment::NAME).await?,
+    };
+    let uid = pe.uid().unwrap_or_default();
+    let pod_list = match ctx.caches.pods_of(&ns_name, &uid) {
+        Some(pods) => pods,
+        None => {
+            let selector = format!("{}={uid}", vesper_api::LABEL_PREVIEW_UID);
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns_name);
+            pods.list(&ListParams::default().labels(&selector)).await?.items
+        }
+    };
     let computed = status::compute(status::Inputs {
         pe,
         deployment: dep.as_ref(),
@@ -388,26 +431,37 @@ fn owner<K: Resource>(obj: &K) -> Option<ObjectRef<PreviewEnvironment>> {
 /// NetworkPolicy follows them).
 pub async fn run(
     ctx: Arc<Context>,
+    writers: crate::cache::Writers,
     address_changes: tokio::sync::watch::Receiver<u64>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let ours =
-        watcher::Config::default().labels(&format!("{}={}", vesper_api::LABEL_MANAGED_BY, vesper_api::MANAGED_BY));
+    let w = writers;
     let changes = futures::stream::unfold(address_changes, |mut rx| async move {
         rx.changed().await.ok()?;
         Some(((), rx))
     });
     let limits = kube::runtime::controller::Config::default().concurrency(ctx.config.max_concurrent_reconciles);
-    Controller::new(Api::<PreviewEnvironment>::all(client.clone()), watcher::Config::default())
+    // The previews, without their managedFields (nothing reads them; they are most of a preview's
+    // size in the cache).
+    let (previews, preview_writer) = kube::runtime::reflector::store();
+    let preview_stream = watcher(Api::<PreviewEnvironment>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(|pe| pe.managed_fields_mut().clear())
+        .reflect(preview_writer)
+        .applied_objects();
+    // What the operator makes for previews: each watch fills a cache (crate::cache) and triggers
+    // the preview it belongs to.
+    Controller::for_stream(preview_stream, previews)
         .with_config(limits)
-        .watches(Api::<Namespace>::all(client.clone()), ours.clone(), |o| owner(&o))
-        .watches(Api::<ResourceQuota>::all(client.clone()), ours.clone(), |o| owner(&o))
-        .watches(Api::<LimitRange>::all(client.clone()), ours.clone(), |o| owner(&o))
-        .watches(Api::<NetworkPolicy>::all(client.clone()), ours.clone(), |o| owner(&o))
-        .watches(Api::<Deployment>::all(client.clone()), ours.clone(), |o| owner(&o))
-        .watches(Api::<Service>::all(client.clone()), ours.clone(), |o| owner(&o))
-        .watches(Api::<Ingress>::all(client.clone()), ours, |o| owner(&o))
+        .watches_stream(cache::metadata::<Namespace>(&client, w.namespaces), |o| owner(&o))
+        .watches_stream(cache::metadata::<ResourceQuota>(&client, w.quotas), |o| owner(&o))
+        .watches_stream(cache::metadata::<LimitRange>(&client, w.limits), |o| owner(&o))
+        .watches_stream(cache::metadata::<NetworkPolicy>(&client, w.policies), |o| owner(&o))
+        .watches_stream(cache::deployments(&client, w.deployments), |o| owner(&o))
+        .watches_stream(cache::metadata::<Service>(&client, w.services), |o| owner(&o))
+        .watches_stream(cache::metadata::<Ingress>(&client, w.ingresses), |o| owner(&o))
+        .watches_stream(cache::pods(&client, w.pods), |o| owner(&o))
         .reconcile_all_on(changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | The API types and their validation | vesper/api/src/lib.rs, ttl.rs |
 //! | The reconciliation, the watches | controller.rs |
+//! | The watch caches reconciles read from | cache.rs |
 //! | Names of namespaces and hosts | naming.rs |
 //! | The namespace | namespace.rs |
 //! | Quota and limits | quota.rs (quantities: the k8s-quantity crate) |
@@ -18,6 +19,7 @@
 //! | Metrics | metrics.rs |
 //! | The operator flags | config.rs, main.rs |
 
+pub mod cache;
 pub mod cidr;
 pub mod clock;
 pub mod config;
@@ -70,7 +72,8 @@ pub async fn run_with_clock(
     let (hosts, changes) = hostaddresses::HostAddresses::start(client.clone())
         .await
         .map_err(|e| anyhow::anyhow!("reading the cluster's node and API server addresses: {e}"))?;
-    let ctx = Arc::new(controller::Context::new(client, config, hosts, metrics, clock));
-    controller::run(ctx, changes, shutdown).await;
+    let (caches, writers) = cache::Caches::new();
+    let ctx = Arc::new(controller::Context::new(client, config, hosts, metrics, clock, caches));
+    controller::run(ctx, writers, changes, shutdown).await;
     Ok(())
 }

@@ -41,9 +41,10 @@ async fn run(config: vesper_operator::Config) -> anyhow::Result<()> {
     let kube_config = opkit::process::kube_config(config.client_timeouts())
         .await
         .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
-    let client = kube::Client::try_from(kube_config)
-        .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
     let metrics = Arc::new(vesper_operator::metrics::Metrics::new());
+    // The client counts its requests by verb and resource (vesper_api_requests_total).
+    let client = opkit::client::counted(kube_config, &metrics.requests)
+        .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {e}"))?;
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
     registry.register_collector(Box::new(opkit::process::HeapInUse));

@@ -12,6 +12,9 @@ use vesper_api::Phase;
 
 #[derive(Debug)]
 pub struct Metrics {
+    /// `vesper_api_requests_total{verb, resource}`: every request the operator's client sends
+    /// (counted when the binary builds its client with [`opkit::client::counted`]).
+    pub requests: opkit::client::RequestCounter,
     pub reconcile: ReconcileMetrics,
     /// `vesper_previews{phase}`.
     pub previews: PhaseGauge<Phase>,
@@ -25,6 +28,7 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         Metrics {
+            requests: opkit::client::RequestCounter::new(),
             reconcile: ReconcileMetrics::default(),
             previews: PhaseGauge::new([Phase::Pending, Phase::Ready, Phase::Failed, Phase::Expired]),
             time_to_ready: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
@@ -37,6 +41,7 @@ impl Metrics {
     /// Register under the prefix `vesper_`.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("vesper");
+        self.requests.register(r);
         self.reconcile.register(r, "previews");
         r.register("previews", "Previews by phase", self.previews.family());
         r.register(

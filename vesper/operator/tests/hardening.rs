@@ -132,9 +132,16 @@ async fn exact_quantities_are_served_and_an_unchanged_reconcile_writes_nothing()
     env.settle("pr-h2").await;
     let before = versions().await;
     let writes = m.writes.writes();
+    // Nor read: every object comes from the operator's watch caches (ADR-0009).
+    let sent = |m: &vesper_operator::metrics::Metrics| {
+        ["get", "list", "create", "update", "patch", "delete"].map(|v| (v, m.requests.total(v)))
+    };
+    let requests = sent(&m);
     env.settle("pr-h2").await;
     assert_eq!(m.writes.writes(), writes, "writes counted by the operator");
     assert_eq!(versions().await, before, "objects were written");
+    assert_eq!(sent(&m), requests, "requests sent by reconciles that change nothing");
+    assert!(requests[0].1 > 0, "the operator's requests are counted: {requests:?}");
     assert_eq!(reconciles_failed(&m), 0);
 }
 

@@ -77,6 +77,9 @@ pub struct Env {
     pub admin: Client,
     /// The operator's service account, with exactly deploy/vesper/rbac.yaml.
     pub sa: Client,
+    /// The service account's client configuration: each operator started gets a client of its
+    /// own from it, counting its requests into its metrics (as the binary's does).
+    sa_config: kube::Config,
     pub clock: Clock,
     touches: AtomicU64,
 }
@@ -120,8 +123,8 @@ impl Env {
                 .await
                 .unwrap_or_else(|e| panic!("create namespace {ns}: {e}"));
         }
-        let sa = service_account_client(&dc, &admin).await;
-        Env { dc, admin, sa, clock: Clock::default(), op: None, touches: AtomicU64::new(0) }
+        let (sa, sa_config) = service_account_client(&dc, &admin).await;
+        Env { dc, admin, sa, sa_config, clock: Clock::default(), op: None, touches: AtomicU64::new(0) }
     }
 
     /// A cluster (2 nodes) with the operator running with `config`.
@@ -143,8 +146,10 @@ impl Env {
         let shutdown = async move {
             let _ = rx.await;
         };
+        let client = opkit::client::counted(self.sa_config.clone(), &metrics.requests)
+            .expect("a client for the service account");
         let task = tokio::spawn(vesper_operator::run_with_clock(
-            self.sa.clone(),
+            client,
             config,
             metrics.clone(),
             self.clock.clone(),
@@ -460,7 +465,7 @@ async fn apply_rbac(admin: &Client) {
 
 /// A client authenticated as `vesper-system/vesper-operator` with a TokenRequest token, built
 /// from the admin kubeconfig's server and CA.
-async fn service_account_client(dc: &DevCluster, admin: &Client) -> Client {
+async fn service_account_client(dc: &DevCluster, admin: &Client) -> (Client, kube::Config) {
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "vesper-system");
     let tr = TokenRequest {
         spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
@@ -478,7 +483,11 @@ async fn service_account_client(dc: &DevCluster, admin: &Client) -> Client {
     v["users"] = json!([{"name": "vesper-operator", "user": {"token": token}}]);
     v["contexts"][0]["context"]["user"] = json!("vesper-operator");
     // JSON is YAML.
-    devcluster::client_for(&v.to_string()).await.expect("a client for the service account")
+    let kc = kube::config::Kubeconfig::from_yaml(&v.to_string()).expect("the service account's kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("a client configuration for the service account");
+    (Client::try_from(config.clone()).expect("a client for the service account"), config)
 }
 
 /// Watch a kind (all namespaces, the admin's view) and keep every version seen, until dropped.

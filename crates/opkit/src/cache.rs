@@ -1,0 +1,115 @@
+//! Watch caches of the objects an operator owns, which its reconciles read instead of asking the
+//! API server (ADR-0009): each watch fills a reflector store and yields the objects it saw change
+//! or go, as the trigger stream of kube's `Controller::watches_stream`/`owns_stream`.
+//!
+//! - [`metadata`]: metadata only (`PartialObjectMeta`), for objects whose content the reconcile
+//!   compares with a read of its own, and only when the cached metadata says the object changed
+//!   since it was last verified ([`ensure_cached`](crate::apply::ensure_cached));
+//! - [`objects`]: whole objects, for those whose status the reconcile reads, trimmed by the
+//!   caller to what it reads.
+//!
+//! `managedFields` are dropped from everything cached: they are the largest part of most objects
+//! and a reconcile never reads them from a cache (the compare-then-write reads its own).
+//!
+//! Reconciles must not wait for a cache: the watches that fill the stores are polled by the same
+//! controller, which stops polling them while its reconciles are all busy. An object a cache does
+//! not hold (yet) is read from the API server instead ([`is_ready`] tells a cache that has listed
+//! from one that has not), so a cache that has not listed, at start or for a kind the operator's
+//! RBAC does not let it list, costs reads, never a wrong answer.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use futures::Stream;
+use kube::api::{ObjectMeta, PartialObjectMeta};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+/// A metadata-only watch of `api`'s objects that `config` selects, filling `writer`; yields each
+/// object it saw change or go.
+pub fn metadata<K>(
+    api: Api<PartialObjectMeta<K>>,
+    config: watcher::Config,
+    writer: Writer<PartialObjectMeta<K>>,
+) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(api, config).default_backoff().modify(|o| o.managed_fields_mut().clear()).reflect(writer).touched_objects()
+}
+
+/// A watch of `api`'s objects that `config` selects, each passed through `trim` (after its
+/// `managedFields` are dropped) before it fills `writer`; yields each object it saw change or go.
+pub fn objects<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(api, config)
+        .default_backoff()
+        .modify(move |o| {
+            o.managed_fields_mut().clear();
+            trim(o);
+        })
+        .reflect(writer)
+        .touched_objects()
+}
+
+/// Whether a store has had its first full list, without waiting. (kube's store readiness keeps
+/// one waiter: do not use this on a store some task awaits `wait_until_ready` on.)
+pub fn is_ready<K>(store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some_and(|r| r.is_ok())
+}
+
+/// The cached metadata of `name` (in `namespace`, for a namespaced kind): the hint of
+/// [`ensure_cached`](crate::apply::ensure_cached). `None` when the store does not hold it.
+pub fn meta_of<K>(store: &Store<K>, namespace: Option<&str>, name: &str) -> Option<ObjectMeta>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut r = ObjectRef::new(name);
+    if let Some(ns) = namespace {
+        r = r.within(ns);
+    }
+    store.get(&r).map(|o| o.meta().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PartialObjectMetaExt;
+    use kube::runtime::reflector;
+
+    #[test]
+    fn a_store_is_ready_after_its_first_list_and_serves_metadata() {
+        let (store, mut writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
+        assert!(!is_ready(&store));
+        let cm = ObjectMeta {
+            name: Some("app".into()),
+            namespace: Some("team-a".into()),
+            resource_version: Some("7".into()),
+            ..Default::default()
+        }
+        .into_response_partial::<ConfigMap>();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(cm));
+        assert!(!is_ready(&store), "ready only once the list is complete");
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        assert!(is_ready(&store));
+        let meta = meta_of(&store, Some("team-a"), "app").expect("cached");
+        assert_eq!(meta.resource_version.as_deref(), Some("7"));
+        assert!(meta_of(&store, Some("team-b"), "app").is_none());
+    }
+}

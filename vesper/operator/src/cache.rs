@@ -1,0 +1,207 @@
+//! The watch caches a reconcile reads from, instead of asking the API server (ADR-0009).
+//!
+//! Every kind the operator makes for a preview is watched across namespaces by its label
+//! `app.kubernetes.io/managed-by=vesper`, and the watch both triggers the preview's reconcile and
+//! fills a store (a reflector):
+//!
+//! - metadata only (`PartialObjectMeta`) for the namespace, the quota, the limit range, the
+//!   network policy, the Service and the Ingress: the reconcile compares their content with a
+//!   read of its own, and only when the cached metadata says the object changed since it was last
+//!   verified (opkit's [`Cached`](opkit::apply::Cached) hint);
+//! - whole objects for the Deployment and the pods, whose status the preview's status is made
+//!   from; a pod keeps only what that reads (its name, labels, deletion, container states and
+//!   conditions).
+//!
+//! `managedFields` are dropped from everything cached: they are the largest part of most objects
+//! and nothing here reads them (the compare-then-write reads them from its own read).
+//!
+//! Reconciles do not wait for the caches: an object a cache does not hold (yet) is read from the
+//! API server, so a cache that has not listed (at start, or a kind whose RBAC is missing, where
+//! the read's error names it) costs reads, never a wrong answer. (Waiting inside a reconcile
+//! would also be a deadlock: the watches that fill the stores are polled by the same controller.)
+//!
+//! A cache can be behind the API server, never ahead: a hint that an object is unchanged is
+//! trusted only when its resourceVersion is the one the operator verified, and every change it
+//! has not seen yet is a watch event that triggers the reconcile again once the store has it.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Pod, PodSpec, ResourceQuota, Service};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+
+/// The stores of the watched kinds.
+#[derive(Clone)]
+pub struct Caches {
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub quotas: Store<PartialObjectMeta<ResourceQuota>>,
+    pub limits: Store<PartialObjectMeta<LimitRange>>,
+    pub policies: Store<PartialObjectMeta<NetworkPolicy>>,
+    pub services: Store<PartialObjectMeta<Service>>,
+    pub ingresses: Store<PartialObjectMeta<Ingress>>,
+    pub deployments: Store<Deployment>,
+    pub pods: Store<Pod>,
+}
+
+/// The writing halves of [`Caches`], consumed by the watches of `controller::run`.
+pub struct Writers {
+    pub namespaces: Writer<PartialObjectMeta<Namespace>>,
+    pub quotas: Writer<PartialObjectMeta<ResourceQuota>>,
+    pub limits: Writer<PartialObjectMeta<LimitRange>>,
+    pub policies: Writer<PartialObjectMeta<NetworkPolicy>>,
+    pub services: Writer<PartialObjectMeta<Service>>,
+    pub ingresses: Writer<PartialObjectMeta<Ingress>>,
+    pub deployments: Writer<Deployment>,
+    pub pods: Writer<Pod>,
+}
+
+impl Caches {
+    /// Empty stores and the writers that fill them.
+    pub fn new() -> (Caches, Writers) {
+        let (namespaces, wn) = reflector::store();
+        let (quotas, wq) = reflector::store();
+        let (limits, wl) = reflector::store();
+        let (policies, wp) = reflector::store();
+        let (services, ws) = reflector::store();
+        let (ingresses, wi) = reflector::store();
+        let (deployments, wd) = reflector::store();
+        let (pods, wpo) = reflector::store();
+        (
+            Caches { namespaces, quotas, limits, policies, services, ingresses, deployments, pods },
+            Writers {
+                namespaces: wn,
+                quotas: wq,
+                limits: wl,
+                policies: wp,
+                services: ws,
+                ingresses: wi,
+                deployments: wd,
+                pods: wpo,
+            },
+        )
+    }
+
+    /// The pods in `namespace` with the preview UID label `uid`; `None` while the pod cache has
+    /// not listed them yet (the caller lists them).
+    pub fn pods_of(&self, namespace: &str, uid: &str) -> Option<Vec<Pod>> {
+        if !opkit::cache::is_ready(&self.pods) {
+            return None;
+        }
+        let pods = self.pods.state_filter(|p| {
+            p.namespace().as_deref() == Some(namespace)
+                && p.labels().get(vesper_api::LABEL_PREVIEW_UID).map(String::as_str) == Some(uid)
+        });
+        Some(pods.into_iter().map(|p| (*p).clone()).collect())
+    }
+
+    /// The cached metadata of the object `name` (in `namespace`), as the compare-then-write's
+    /// hint.
+    pub fn meta<K>(
+        store: &Store<PartialObjectMeta<K>>,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<kube::api::ObjectMeta>
+    where
+        K: Resource<DynamicType = ()> + Clone + 'static,
+    {
+        opkit::cache::meta_of(store, namespace, name)
+    }
+
+    /// The Deployment `name` in `namespace`, when cached.
+    pub fn deployment(&self, namespace: &str, name: &str) -> Option<Deployment> {
+        self.deployments.get(&ObjectRef::new(name).within(namespace)).map(|d| (*d).clone())
+    }
+}
+
+/// The watch configuration of everything the operator makes: its label.
+pub fn ours() -> watcher::Config {
+    watcher::Config::default().labels(&format!("{}={}", vesper_api::LABEL_MANAGED_BY, vesper_api::MANAGED_BY))
+}
+
+/// A metadata-only watch of `K` across namespaces that fills `writer`, as a stream of the
+/// objects it saw change or go.
+pub fn metadata<K>(
+    client: &Client,
+    writer: Writer<PartialObjectMeta<K>>,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    opkit::cache::metadata(Api::all(client.clone()), ours(), writer)
+}
+
+/// A watch of the Deployments that fills `writer` (their status is read, so whole objects).
+pub fn deployments(
+    client: &Client,
+    writer: Writer<Deployment>,
+) -> impl futures::Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static {
+    opkit::cache::objects(Api::all(client.clone()), ours(), writer, |_| {})
+}
+
+/// A watch of the previews' pods that fills `writer`, keeping only what the status reads.
+pub fn pods(
+    client: &Client,
+    writer: Writer<Pod>,
+) -> impl futures::Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    opkit::cache::objects(Api::all(client.clone()), ours(), writer, trim_pod)
+}
+
+/// Drop what the status does not read from a pod: its spec, owner references, and of its status
+/// all but the conditions and the container states.
+pub fn trim_pod(p: &mut Pod) {
+    p.metadata.owner_references = None;
+    p.metadata.generate_name = None;
+    p.spec = Some(PodSpec::default());
+    if let Some(s) = p.status.as_mut() {
+        s.host_ip = None;
+        s.host_ips = None;
+        s.pod_ip = None;
+        s.pod_ips = None;
+        s.init_container_statuses = None;
+        s.ephemeral_container_statuses = None;
+        s.message = None;
+        s.nominated_node_name = None;
+        s.qos_class = None;
+        s.resource_claim_statuses = None;
+        s.start_time = None;
+        for c in s.container_statuses.iter_mut().flatten() {
+            c.allocated_resources = None;
+            c.resources = None;
+            c.volume_mounts = None;
+            c.image = String::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trimmed_pod_keeps_what_the_status_reads() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "app-1", "namespace": "pv-a", "labels": {"vesper.eventide.dev/preview-uid": "u"},
+                "managedFields": [{"manager": "kubelet"}], "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "app-x", "uid": "r"}]},
+            "spec": {"containers": [{"name": "app", "image": "shop:1"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "app", "image": "shop:1", "imageID": "shop@sha256:ab", "ready": true, "restartCount": 0,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": {"terminated": {"exitCode": 1}}}]}
+        }))
+        .expect("a pod");
+        let mut trimmed = pod.clone();
+        trim_pod(&mut trimmed);
+        assert_eq!(trimmed.spec, Some(PodSpec::default()));
+        assert_eq!(trimmed.status.as_ref().and_then(|s| s.pod_ip.clone()), None);
+        // What the status step reads is the same for both.
+        assert_eq!(
+            crate::status::resolved_image(std::slice::from_ref(&pod)),
+            crate::status::resolved_image(std::slice::from_ref(&trimmed))
+        );
+        assert_eq!(crate::status::pod_problem(&[pod]), crate::status::pod_problem(&[trimmed]));
+    }
+}
