@@ -195,6 +195,30 @@ struct Stamp {
     uid: String,
     resource_version: String,
     digest: u64,
+    /// `metadata.generation`, and a digest of the compared metadata (labels, annotations, owner
+    /// references, finalizers): for the kinds of [`TRACKS_GENERATION`], a new resourceVersion
+    /// with these unchanged is a status update, which leaves what the operator owns alone.
+    generation: Option<i64>,
+    meta_digest: u64,
+}
+
+/// Kinds whose `metadata.generation` moves on every change but to metadata and status (their
+/// status is written by a workload controller many times per rollout): a verified object of
+/// these kinds stays verified across status updates.
+pub const TRACKS_GENERATION: &[&str] = &["Deployment", "StatefulSet"];
+
+impl Stamp {
+    /// Whether `other` (the same object later, or in a cache) still holds what this stamp
+    /// verified: the same UID and resourceVersion, or for a kind of [`TRACKS_GENERATION`] the
+    /// same generation and compared metadata.
+    fn still_holds(&self, other: &Stamp, kind: &str) -> bool {
+        self.uid == other.uid
+            && (self.resource_version == other.resource_version
+                || (TRACKS_GENERATION.contains(&kind)
+                    && self.generation.is_some()
+                    && self.generation == other.generation
+                    && self.meta_digest == other.meta_digest))
+    }
 }
 
 impl Verified {
@@ -207,11 +231,11 @@ impl Verified {
     }
 
     /// Whether `meta` (a cached or freshly read object) is the version of `key` this process
-    /// last wrote or verified: same UID and `resourceVersion`, whatever the desired object was.
+    /// last wrote or verified, whatever the desired object was: same UID and `resourceVersion`,
+    /// or for a kind of [`TRACKS_GENERATION`] only its status changed since.
     pub fn is_current(&self, key: &ObjectKey, meta: &kube::api::ObjectMeta) -> bool {
-        self.get(key).is_some_and(|s| {
-            Some(&s.uid) == meta.uid.as_ref() && Some(&s.resource_version) == meta.resource_version.as_ref()
-        })
+        let Some(seen) = stamp_of(meta, 0) else { return false };
+        self.get(key).is_some_and(|s| s.still_holds(&seen, &key.kind))
     }
 
     /// Forget every object in `namespace`, and the Namespace object of that name.
@@ -313,7 +337,7 @@ where
     if let Some(meta) = cached
         && (guard.is_ours)(meta)
         && let Some(stamp) = stamp_of(meta, digest)
-        && verified.get(&key).as_ref() == Some(&stamp)
+        && verified.get(&key).is_some_and(|v| v.digest == digest && v.still_holds(&stamp, &kind))
     {
         tracing::trace!(object = %what, "the cached object is the one verified: no request");
         return Ok(Applied {
@@ -431,8 +455,12 @@ where
         return Err(Error::invalid("live object", format!("{what} has no uid or resourceVersion")));
     };
     let prior = verified.get(&key);
-    if prior.as_ref() == Some(&live_stamp) {
+    if let Some(p) = prior.as_ref().filter(|p| p.digest == digest && p.still_holds(&live_stamp, kind)) {
         tracing::debug!(object = %what, "verified before, not written");
+        if p.resource_version != live_stamp.resource_version {
+            // Only its status moved: the newer version is the verified one now.
+            verified.set(key.clone(), live_stamp.clone());
+        }
         return Ok(applied(Outcome::Unchanged, None, None, Some(&live_stamp.uid)));
     }
     let live_json = serde_json::to_value(&live)
@@ -479,7 +507,18 @@ where
 }
 
 fn stamp_of(meta: &kube::api::ObjectMeta, digest: u64) -> Option<Stamp> {
-    Some(Stamp { uid: meta.uid.clone()?, resource_version: meta.resource_version.clone()?, digest })
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&meta.labels, &meta.annotations, &meta.finalizers).hash(&mut h);
+    for o in meta.owner_references.iter().flatten() {
+        (&o.api_version, &o.kind, &o.name, &o.uid, o.controller, o.block_owner_deletion).hash(&mut h);
+    }
+    Some(Stamp {
+        uid: meta.uid.clone()?,
+        resource_version: meta.resource_version.clone()?,
+        digest,
+        generation: meta.generation,
+        meta_digest: h.finish(),
+    })
 }
 
 /// A digest of the desired object, stable within a process.
@@ -951,6 +990,33 @@ fn index(o: Outcome) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_verified_workload_stays_verified_across_status_updates_only() {
+        let meta = |rv: &str, generation: i64, label: &str| kube::api::ObjectMeta {
+            uid: Some("u".into()),
+            resource_version: Some(rv.into()),
+            generation: Some(generation),
+            labels: Some([("app".to_string(), label.to_string())].into()),
+            ..Default::default()
+        };
+        let v = Verified::default();
+        let key = |kind: &str| ObjectKey { kind: kind.into(), namespace: "a".into(), name: "app".into() };
+        for kind in ["Deployment", "Service"] {
+            v.set(key(kind), stamp_of(&meta("5", 2, "x"), 1).expect("a stamp"));
+            assert!(v.is_current(&key(kind), &meta("5", 2, "x")), "{kind}: the same version");
+        }
+        // A status update: a new resourceVersion, the same generation and metadata.
+        assert!(v.is_current(&key("Deployment"), &meta("9", 2, "x")));
+        assert!(!v.is_current(&key("Service"), &meta("9", 2, "x")), "a Service's generation says nothing");
+        // A spec change (generation), or a label changed by hand.
+        assert!(!v.is_current(&key("Deployment"), &meta("9", 3, "x")));
+        assert!(!v.is_current(&key("Deployment"), &meta("9", 2, "y")));
+        // Another object of that name.
+        let mut other = meta("5", 2, "x");
+        other.uid = Some("w".into());
+        assert!(!v.is_current(&key("Deployment"), &other));
+    }
 
     #[test]
     fn subset_ignores_what_only_the_live_object_has() {
