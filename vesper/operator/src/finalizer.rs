@@ -4,7 +4,7 @@
 //! removed while its namespace remains. A namespace that is not Vesper's (no preview UID) is
 //! never deleted.
 
-use crate::controller::Context;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | The API types and their validation | vesper/api/src/lib.rs, ttl.rs |
 //! | The reconciliation, the watches | controller.rs |
+//! | What reconciles share (client, caches, metrics, per-preview state) | context.rs |
 //! | The watch caches reconciles read from | cache.rs |
 //! | Names of namespaces and hosts | naming.rs |
 //! | The namespace | namespace.rs |
@@ -23,6 +24,7 @@ pub mod cache;
 pub mod cidr;
 pub mod clock;
 pub mod config;
+pub mod context;
 pub mod controller;
 pub mod deployment;
 pub mod error;
@@ -73,7 +75,7 @@ pub async fn run_with_clock(
         .await
         .map_err(|e| anyhow::anyhow!("reading the cluster's node and API server addresses: {e}"))?;
     let (caches, writers) = cache::Caches::new();
-    let ctx = Arc::new(controller::Context::new(client, config, hosts, metrics, clock, caches));
+    let ctx = Arc::new(context::Context::new(client, config, hosts, metrics, clock, caches));
     controller::run(ctx, writers, changes, shutdown).await;
     Ok(())
 }
