@@ -66,6 +66,14 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
+/// A kind the compare-then-write handles: a typed Kubernetes resource that serializes both ways.
+pub trait Object: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned {}
+impl<T> Object for T where T: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned {}
+
+/// An [`Object`] that lives in a namespace (what an operator makes for its owner).
+pub trait NamespacedObject: Object + Resource<Scope = kube::core::NamespaceResourceScope> {}
+impl<T> NamespacedObject for T where T: Object + Resource<Scope = kube::core::NamespaceResourceScope> {}
+
 /// What [`ensure`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {

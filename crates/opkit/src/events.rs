@@ -80,6 +80,31 @@ struct Series {
     last: Instant,
 }
 
+/// What a reconcile wants an Event to say about its object: a change worth telling (a condition
+/// that transitioned, an object restored). The status functions of both operators return these,
+/// purely; [`EventPublisher::note`] records them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// `Warning` (something needs a human's attention) or `Normal`.
+    pub warning: bool,
+    /// CamelCase (`PhaseReady`, `Restored`).
+    pub reason: String,
+    /// The human-readable detail.
+    pub message: String,
+}
+
+impl Note {
+    /// A `Normal` note.
+    pub fn normal(reason: impl Into<String>, message: impl Into<String>) -> Note {
+        Note { warning: false, reason: reason.into(), message: message.into() }
+    }
+
+    /// A `Warning` note.
+    pub fn warning(reason: impl Into<String>, message: impl Into<String>) -> Note {
+        Note { warning: true, reason: reason.into(), message: message.into() }
+    }
+}
+
 /// Publishes Events on behalf of one controller. Cheap to clone; share one per controller so that
 /// repeats are counted in one series.
 #[derive(Clone)]
@@ -88,6 +113,8 @@ pub struct EventPublisher {
     controller: String,
     instance: String,
     series: Arc<Mutex<HashMap<SeriesKey, Series>>>,
+    /// Where each Event written is counted (`Event` `created`), when set.
+    writes: Option<crate::apply::WriteCounter>,
 }
 
 impl std::fmt::Debug for EventPublisher {
@@ -102,7 +129,45 @@ impl EventPublisher {
     pub fn new(client: Client, controller: impl Into<String>, instance: Option<String>) -> Self {
         let controller = controller.into();
         let instance = instance.unwrap_or_else(|| controller.clone());
-        EventPublisher { client, controller, instance, series: Arc::default() }
+        EventPublisher { client, controller, instance, series: Arc::default(), writes: None }
+    }
+
+    /// Count every Event this publisher writes in `writes` (as `Event` `created`), as the
+    /// operators count all their writes.
+    pub fn counting(mut self, writes: crate::apply::WriteCounter) -> Self {
+        self.writes = Some(writes);
+        self
+    }
+
+    /// Record `note` about `regarding`, and about `related` when given (the object restored,
+    /// say), with `action` (`Reconcile`, `Restore`). An Event that cannot be written is logged
+    /// (target `opkit::events`), not returned: an Event is worth a try, never a failed
+    /// reconcile.
+    pub async fn note(
+        &self,
+        regarding: &ObjectReference,
+        related: Option<&ObjectReference>,
+        action: &str,
+        note: &Note,
+    ) {
+        let type_ = if note.warning { EventType::Warning } else { EventType::Normal };
+        match self.publish_related(regarding, related, type_, &note.reason, action, Some(&note.message)).await {
+            Ok(()) => {
+                if let Some(w) = &self.writes {
+                    w.record("Event", crate::apply::Outcome::Created);
+                }
+            }
+            Err(e) => tracing::warn!(object = %describe(regarding), error = %e, "could not record an event"),
+        }
+    }
+
+    /// Record that the compare-then-write restored an object of `regarding` someone else had
+    /// changed (a `Warning`, reason `Restored`, action `Restore`, about the object too), and log
+    /// it; nothing for any other outcome.
+    pub async fn restored(&self, regarding: &ObjectReference, applied: &crate::apply::Applied) {
+        let Some(message) = applied.restore_note() else { return };
+        tracing::warn!(object = %describe(regarding), "{message}");
+        self.note(regarding, Some(&applied.reference), "Restore", &Note::warning("Restored", message)).await;
     }
 
     /// Forget the series of Events about the object with `uid` (it is gone): a controller calls

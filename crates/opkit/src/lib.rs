@@ -14,7 +14,10 @@
 //! - [`apply`]: compare-then-write of owned objects with server-side apply;
 //! - [`process`]: signals, health, leader election and shutdown of an operator process, and
 //!   the API client's timeouts;
-//! - [`reconcile`]: a time limit for every reconcile;
+//! - [`reconcile`]: the wrapper around every reconcile (span, time limit, metrics, back-off) and
+//!   the [`reconcile::Kit`] each reconcile writes with;
+//! - [`status`]: the typed status writer;
+//! - [`clock`]: the time, which tests can move forward;
 //! - [`error`]: the error type of all of them;
 //! - [`testing`]: for the end-to-end tests, the workspace's binaries as its test build makes them.
 //!
@@ -24,6 +27,7 @@
 pub mod apply;
 pub mod cache;
 pub mod client;
+pub mod clock;
 pub mod conditions;
 pub mod error;
 pub mod events;
@@ -31,6 +35,7 @@ pub mod health;
 pub mod leader;
 pub mod process;
 pub mod reconcile;
+pub mod status;
 pub mod testing;
 
 pub use error::{Error, Result};

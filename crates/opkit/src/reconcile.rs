@@ -8,24 +8,39 @@
 //!   pass that succeeds and forgotten when the object goes, so it never only grows.
 //! - [`ReconcileMetrics`]: reconciles by result, failures by error kind, and their duration, under
 //!   the operator's prefix (`vesper_reconciles_total`, `varroa_reconcile_errors_total`, ...).
-//! - [`PhaseGauge`]: objects by phase, a gauge recomputed from the phases of the objects that
-//!   exist (entries are dropped when an object goes, by [`PhaseGauge::set`] with `None` or
-//!   [`PhaseGauge::retain`]).
+//! - [`PhaseGauge`]: objects by phase, counted at each scrape from the controller's watch cache
+//!   (nothing is kept per object, so there is nothing to forget when one goes).
+//! - [`Kit`]: what every reconcile writes with: the compare-then-write of owned objects (with
+//!   the ownership check and the `Restored` Event), deletions, the typed status writer, event
+//!   notes and the clock.
 //! - [`Pass::run`]: one reconcile in a tracing span (`reconcile`, with the kind and the object),
 //!   timed, within its limit, its result counted, its backoff reset on success, its failure
 //!   logged once (`reconcile failed`, target `opkit::reconcile`, with `kind`, `object` and
 //!   `error`).
 
-use prometheus_client::encoding::EncodeLabelSet;
+use crate::apply::{Applied, Guard, Outcome, WriteCounter};
+use crate::clock::Clock;
+use crate::events::{EventPublisher, Note};
+use crate::status::{StatusWriter, Written};
+use kube::api::{Api, DeleteParams, ObjectMeta};
+use kube::core::object::HasStatus;
+use kube::runtime::reflector::{Lookup, Store};
+use kube::{Client, Resource};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::collections::HashMap;
+use std::fmt::Debug;
 use std::fmt::Display;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use std::time::Instant;
 use tracing::Instrument;
@@ -171,65 +186,85 @@ impl ReconcileMetrics {
     }
 }
 
-/// Objects by phase: one gauge per phase of `all`, recomputed from the phase of every object
-/// recorded (by UID) whenever one changes.
-#[derive(Debug)]
-pub struct PhaseGauge<P> {
+/// Objects by phase, computed at each scrape from the controller's watch cache of the objects
+/// (a reflector store): nothing is kept per object, so nothing needs forgetting when one goes.
+/// Every phase of `all` is exported, 0 when no object has it; an object whose phase is not set
+/// yet is not counted. Until [`PhaseGauge::attach`] gives it the store, every phase is 0.
+///
+/// Register it with [`PhaseGauge::register`] (a Prometheus collector, under the registry's
+/// prefix: `vesper_previews{phase="Ready"}`).
+pub struct PhaseGauge<K: Lookup<DynamicType = ()> + Clone + 'static, P> {
+    name: &'static str,
+    help: &'static str,
     all: Vec<P>,
-    family: Family<PhaseLabels, Gauge>,
-    phases: Mutex<HashMap<String, P>>,
+    phase: fn(&K) -> Option<P>,
+    store: OnceLock<Store<K>>,
 }
 
-impl<P: Copy + Eq + Display> PhaseGauge<P> {
-    /// A gauge over the phases `all` (each is exported, 0 when no object has it).
-    pub fn new(all: impl IntoIterator<Item = P>) -> PhaseGauge<P> {
-        PhaseGauge { all: all.into_iter().collect(), family: Family::default(), phases: Mutex::new(HashMap::new()) }
+impl<K, P> std::fmt::Debug for PhaseGauge<K, P>
+where
+    K: Lookup<DynamicType = ()> + Clone + 'static,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PhaseGauge").field("name", &self.name).finish()
+    }
+}
+
+impl<K, P> PhaseGauge<K, P>
+where
+    K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    P: Copy + Eq + Display + Send + Sync + 'static,
+{
+    /// The gauge `name` (`previews`), over the phases `all`, reading an object's phase with
+    /// `phase` (from its status).
+    pub fn new(
+        name: &'static str,
+        help: &'static str,
+        all: impl IntoIterator<Item = P>,
+        phase: fn(&K) -> Option<P>,
+    ) -> Self {
+        PhaseGauge { name, help, all: all.into_iter().collect(), phase, store: OnceLock::new() }
     }
 
-    /// The gauge family, to register.
-    pub fn family(&self) -> Family<PhaseLabels, Gauge> {
-        self.family.clone()
+    /// Count from `store` (the controller's cache of the objects) from now on; a second store is
+    /// ignored.
+    pub fn attach(&self, store: Store<K>) {
+        let _ = self.store.set(store);
     }
 
-    /// Record the phase of the object `uid`; `None` drops it (the object is gone).
-    pub fn set(&self, uid: &str, phase: Option<P>) {
-        let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
-        match phase {
-            Some(p) => {
-                phases.insert(uid.to_owned(), p);
+    /// How many objects of the cache are in `phase`.
+    pub fn count(&self, phase: P) -> usize {
+        self.store.get().map_or(0, |s| s.state().iter().filter(|o| (self.phase)(o) == Some(phase)).count())
+    }
+
+    /// Register in `r` (the operator's prefixed registry).
+    pub fn register(self: &std::sync::Arc<Self>, r: &mut Registry) {
+        r.register_collector(Box::new(self.clone()));
+    }
+}
+
+impl<K, P> Collector for PhaseGauge<K, P>
+where
+    K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    P: Copy + Eq + Display + Send + Sync + 'static,
+{
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut counts: Vec<(P, i64)> = self.all.iter().map(|p| (*p, 0)).collect();
+        if let Some(store) = self.store.get() {
+            for o in store.state() {
+                if let Some(p) = (self.phase)(&o)
+                    && let Some(c) = counts.iter_mut().find(|(q, _)| *q == p)
+                {
+                    c.1 += 1;
+                }
             }
-            None => {
-                phases.remove(uid);
-            }
         }
-        self.refresh(&phases);
-    }
-
-    /// Keep only the objects `keep` selects (by UID).
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
-        phases.retain(|uid, _| keep(uid));
-        if phases.capacity() > 4 * phases.len().max(16) {
-            phases.shrink_to_fit();
+        let mut metric = encoder.encode_descriptor(self.name, self.help, None, MetricType::Gauge)?;
+        for (p, n) in counts {
+            let labels = PhaseLabels { phase: p.to_string() };
+            ConstGauge::new(n).encode(metric.encode_family(&labels)?)?;
         }
-        self.refresh(&phases);
-    }
-
-    /// How many objects have a phase recorded.
-    pub fn len(&self) -> usize {
-        self.phases.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Whether none has.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn refresh(&self, phases: &HashMap<String, P>) {
-        for p in &self.all {
-            let n = phases.values().filter(|x| *x == p).count();
-            self.family.get_or_create(&PhaseLabels { phase: p.to_string() }).set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
+        Ok(())
     }
 }
 
@@ -272,6 +307,120 @@ impl Pass<'_> {
     }
 }
 
+/// What every reconcile of one operator writes with, for its objects of kind `K` (a
+/// PreviewEnvironment, a Controller): one per operator, in its context, so that both operators
+/// write, restore, delete, record Events and write their status the same way.
+///
+/// - [`Kit::ensure`]: the ownership-checked compare-then-write of an owned object
+///   ([`crate::apply::ensure_cached`]), counted, with a `Restored` Warning Event on the owner
+///   when it put back someone else's change;
+/// - [`Kit::delete`]: a deletion, counted, where "already gone" is success;
+/// - [`Kit::write_status`]: the typed status writer ([`StatusWriter`]);
+/// - [`Kit::note`]: an Event about the owner ([`Note`]), counted;
+/// - `clock`: the time every step of a pass reads.
+pub struct Kit<K: HasStatus> {
+    pub client: Client,
+    pub field_manager: &'static str,
+    pub clock: Clock,
+    pub writes: WriteCounter,
+    pub events: EventPublisher,
+    pub status: StatusWriter<K>,
+}
+
+impl<K> Kit<K>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + HasStatus
+        + Clone
+        + Debug
+        + DeserializeOwned,
+    K::Status: Clone + PartialEq + Serialize,
+{
+    /// The kit of the controller `field_manager` (also the Events' reporting controller; the
+    /// reporting instance is `$POD_NAME` when set), counting its writes in `writes`.
+    pub fn new(client: Client, field_manager: &'static str, writes: WriteCounter, clock: Clock) -> Self {
+        let events =
+            EventPublisher::new(client.clone(), field_manager, std::env::var("POD_NAME").ok()).counting(writes.clone());
+        let status = StatusWriter::new(client.clone(), field_manager, writes.clone());
+        Kit { client, field_manager, clock, writes, events, status }
+    }
+
+    /// Compare statuses with `same` when deciding whether a pass on a stale copy would repeat the
+    /// last status write (see [`StatusWriter::comparing_with`]).
+    pub fn comparing_status_with(mut self, same: fn(&K::Status, &K::Status) -> bool) -> Self {
+        self.status = self.status.comparing_with(same);
+        self
+    }
+
+    /// Make sure `desired` (an object of `owner`'s, reached through `api`) is what it should be:
+    /// [`crate::apply::ensure_cached`] with the `guard` and the `cached` metadata, counted; a
+    /// change someone else made is put back and recorded as a `Restored` Warning Event on the
+    /// owner. An object of that name that the guard says is not the owner's is left alone
+    /// ([`crate::Error::NotOwned`]).
+    pub async fn ensure<D>(
+        &self,
+        owner: &K,
+        api: &Api<D>,
+        desired: &D,
+        guard: &Guard<'_>,
+        cached: Option<&ObjectMeta>,
+    ) -> crate::Result<Applied>
+    where
+        D: crate::apply::Object,
+    {
+        let applied = self.writes.ensure_cached(api, desired, self.field_manager, guard, cached).await?;
+        self.events.restored(&owner.object_ref(&()), &applied).await;
+        Ok(applied)
+    }
+
+    /// Delete `name` through `api`, counted; `Ok(false)` when it was already gone.
+    pub async fn delete<D>(&self, api: &Api<D>, name: &str, params: &DeleteParams) -> crate::Result<bool>
+    where
+        D: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+    {
+        match api.delete(name, params).await {
+            Ok(_) => {
+                self.writes.record(&D::kind(&()), Outcome::Deleted);
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => {
+                let ns = api.namespace().map(|n| format!("{n}/")).unwrap_or_default();
+                Err(crate::Error::Kube { action: format!("deleting {} {ns}{name}", D::kind(&())), source: e })
+            }
+        }
+    }
+
+    /// Write `owner`'s status (see [`StatusWriter::write`]).
+    pub async fn write_status(&self, owner: &K, status: &K::Status) -> crate::Result<Written<K::Status>> {
+        self.status.write(owner, status).await
+    }
+
+    /// Record `note` about `owner` (action `Reconcile`).
+    pub async fn note(&self, owner: &K, note: &Note) {
+        self.events.note(&owner.object_ref(&()), None, "Reconcile", note).await
+    }
+
+    /// Forget what the kit keeps about the object with `uid` (it is gone): its Event series and
+    /// its status write in flight.
+    pub fn forget(&self, uid: &str) {
+        self.events.forget(uid);
+        self.status.forget(uid);
+    }
+
+    /// Keep only what is kept about the objects whose UID `keep` accepts.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.events.retain_objects(&keep);
+        self.status.retain(&keep);
+    }
+
+    /// How many entries the kit keeps about objects: Event series, status writes in flight,
+    /// verified objects.
+    pub fn tracked(&self) -> usize {
+        self.events.tracked_series() + self.status.len() + self.writes.verified().len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,17 +457,44 @@ mod tests {
     }
 
     #[test]
-    fn the_phase_gauge_counts_the_objects_that_exist() {
-        let g = PhaseGauge::new(["Pending", "Ready"]);
-        g.set("u1", Some("Pending"));
-        g.set("u2", Some("Ready"));
-        g.set("u1", Some("Ready"));
-        let count = |p: &str| g.family().get_or_create(&PhaseLabels { phase: p.into() }).get();
-        assert_eq!((count("Pending"), count("Ready")), (0, 2));
-        g.set("u2", None);
-        assert_eq!((count("Ready"), g.len()), (1, 1));
-        g.retain(|_| false);
-        assert_eq!((count("Ready"), g.len()), (0, 0));
+    fn the_phase_gauge_counts_the_objects_of_the_cache_at_each_scrape() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::watcher::Event;
+        fn phase(c: &ConfigMap) -> Option<&'static str> {
+            match c.data.as_ref()?.get("phase")?.as_str() {
+                "Pending" => Some("Pending"),
+                "Ready" => Some("Ready"),
+                _ => None,
+            }
+        }
+        let cm = |name: &str, p: &str| ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            data: Some([("phase".to_string(), p.to_string())].into()),
+            ..Default::default()
+        };
+        let gauge = std::sync::Arc::new(PhaseGauge::new("things", "Things by phase", ["Pending", "Ready"], phase));
+        let mut registry = Registry::with_prefix("kit");
+        gauge.register(&mut registry);
+        let scrape = || {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+            text.lines().filter(|l| l.starts_with("kit_things{")).map(str::to_string).collect::<Vec<_>>()
+        };
+        assert_eq!(scrape(), ["kit_things{phase=\"Pending\"} 0", "kit_things{phase=\"Ready\"} 0"], "no store yet");
+        let (store, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
+        gauge.attach(store);
+        writer.apply_watcher_event(&Event::Apply(cm("a", "Pending")));
+        writer.apply_watcher_event(&Event::Apply(cm("b", "Ready")));
+        writer.apply_watcher_event(&Event::Apply(cm("c", "Ready")));
+        writer.apply_watcher_event(&Event::Apply(cm("d", "Unset")));
+        assert_eq!(scrape(), ["kit_things{phase=\"Pending\"} 1", "kit_things{phase=\"Ready\"} 2"]);
+        writer.apply_watcher_event(&Event::Apply(cm("a", "Ready")));
+        writer.apply_watcher_event(&Event::Delete(cm("b", "Ready")));
+        assert_eq!((gauge.count("Pending"), gauge.count("Ready")), (0, 2), "a deleted object is no longer counted");
     }
 
     #[tokio::test]

@@ -108,9 +108,14 @@ async fn read_own_secret(api: &Api<Secret>, ns: &str, name: &str) -> Result<Opti
 /// and is not about to expire; issues a new one otherwise (create, or update of the operator's
 /// own Secret). A Secret of that name that is not the controller's is left untouched: the
 /// controller is Failed with `OwnershipConflict`.
-pub async fn ensure_mite_secret(ctx: &Context, c: &Controller, ca: &CertificateAuthority) -> Result<()> {
+pub async fn ensure_mite_secret(
+    ctx: &Context,
+    c: &Controller,
+    ca: &CertificateAuthority,
+    desired: &crate::desired::MiteSecret,
+) -> Result<()> {
     let ns = c.namespace().unwrap_or_default();
-    let name = crate::objects::secret_name(c);
+    let name = desired.name.clone();
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let live = read_own_secret(&api, &ns, &name).await?;
     if let Some(l) = &live
@@ -151,7 +156,7 @@ pub async fn ensure_mite_secret(ctx: &Context, c: &Controller, ca: &CertificateA
         }
     };
     let mut meta = crate::objects::meta(c, &name);
-    meta.annotations = Some(BTreeMap::from([(ANNOTATION_CA.to_string(), ca.fingerprint())]));
+    meta.annotations = Some(BTreeMap::from([(ANNOTATION_CA.to_string(), desired.ca_fingerprint.clone())]));
     let mut secret = Secret {
         metadata: meta,
         type_: Some("kubernetes.io/tls".into()),

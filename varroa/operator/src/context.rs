@@ -11,9 +11,8 @@ use crate::mite::MiteSource;
 use crate::status::{self, Inputs};
 use crate::world::WorldStores;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,7 +26,8 @@ pub struct Context {
     pub client: Client,
     pub config: Config,
     pub metrics: Arc<Metrics>,
-    pub events: opkit::events::EventPublisher,
+    /// How a pass writes: owned objects, deletions, the status, Events; and the clock.
+    pub kit: opkit::reconcile::Kit<Controller>,
     pub mites: Arc<dyn MiteSource>,
     pub world: WorldStores,
     /// The caches of the controllers' own objects (crate::cache).
@@ -44,10 +44,6 @@ pub struct Context {
     pub(crate) failures: opkit::reconcile::Backoff,
     /// Failed controllers and when their dwell ends.
     pub(crate) dwell: Mutex<HashMap<String, (Instant, Option<i64>)>>,
-    /// The last status written per controller (by uid), with the resourceVersion it was written
-    /// over: a pass that runs on a cached object older than that write (the watch has not
-    /// delivered it yet) does not write the same status again.
-    pub(crate) written: Mutex<HashMap<String, (String, ControllerStatus)>>,
 }
 
 impl Context {
@@ -76,13 +72,21 @@ impl Context {
                 let _ = tx.send(true);
             }
         });
-        let events = opkit::events::EventPublisher::new(client.clone(), MANAGER, std::env::var("POD_NAME").ok());
+        // A pass on a cached Controller older than the operator's last status write does not
+        // write the same status again, whatever its lastReconciledAt stamp says.
+        let same_but_stamp = |a: &ControllerStatus, b: &ControllerStatus| {
+            ControllerStatus { last_reconciled_at: None, ..a.clone() }
+                == ControllerStatus { last_reconciled_at: None, ..b.clone() }
+        };
+        let kit =
+            opkit::reconcile::Kit::new(client.clone(), MANAGER, metrics.writes.clone(), opkit::clock::Clock::default())
+                .comparing_status_with(same_but_stamp);
         let fetcher = crate::fetch::fetcher(&config);
         Context {
             client,
             config,
             metrics,
-            events,
+            kit,
             mites,
             world,
             caches,
@@ -92,83 +96,11 @@ impl Context {
             world_ready,
             failures: opkit::reconcile::Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             dwell: Mutex::new(HashMap::new()),
-            written: Mutex::new(HashMap::new()),
         }
     }
 
-    pub(crate) async fn event(&self, c: &Controller, note: &status::Note) {
-        self.event_related(c, None, "Reconcile", note).await
-    }
-
-    /// [`Context::event`], also about a `related` object (the one restored, say).
-    pub(crate) async fn event_related(
-        &self,
-        c: &Controller,
-        related: Option<&k8s_openapi::api::core::v1::ObjectReference>,
-        action: &str,
-        note: &status::Note,
-    ) {
-        use opkit::events::EventType;
-        let r = c.object_ref(&());
-        let type_ = if note.warning { EventType::Warning } else { EventType::Normal };
-        let res = self.events.publish_related(&r, related, type_, &note.reason, action, Some(&note.message)).await;
-        match res {
-            Ok(()) => self.metrics.writes.record("Event", opkit::apply::Outcome::Created),
-            Err(e) => tracing::warn!(controller = %key_of(c), error = %e, "could not record an event"),
-        }
-    }
-
-    /// Writes the status when it differs from the stored one (server-side apply on /status).
-    /// Returns the stored status the write replaced (`Some(None)`: the Controller had none), or
-    /// `None` when nothing was written.
-    pub(crate) async fn write_status(
-        &self,
-        c: &Controller,
-        status: &ControllerStatus,
-    ) -> Result<Option<Option<ControllerStatus>>> {
-        if c.status.as_ref() == Some(status) {
-            return Ok(None);
-        }
-        let uid = c.uid().unwrap_or_default();
-        let rv = c.resource_version().unwrap_or_default();
-        let same_but_stamp = |a: &ControllerStatus, b: &ControllerStatus| {
-            ControllerStatus { last_reconciled_at: None, ..a.clone() }
-                == ControllerStatus { last_reconciled_at: None, ..b.clone() }
-        };
-        // The stored status: this object's, unless it predates our own last write over it (the
-        // watch has not delivered that write yet).
-        let mut stored = c.status.clone();
-        if let Ok(w) = self.written.lock()
-            && let Some((over, last)) = w.get(&uid)
-            && *over == rv
-        {
-            if same_but_stamp(last, status) {
-                // This object predates our last write of this very status: nothing to do.
-                return Ok(None);
-            }
-            stored = Some(last.clone());
-        }
-        let api: Api<Controller> = Api::namespaced(self.client.clone(), &c.namespace().unwrap_or_default());
-        let body = serde_json::json!({
-            "apiVersion": "varroa.dev/v1alpha1",
-            "kind": "Controller",
-            "status": serde_json::to_value(status).map_err(|e| Error::Serialize("status", e))?,
-        });
-        match api.patch_status(&c.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body)).await {
-            Ok(_) => {}
-            // Deleted since this pass read it: there is no status left to write, and the sweep
-            // forgets what was kept about it.
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
-            Err(e) => return Err(Error::kube(format!("writing the status of {}", key_of(c)), e)),
-        }
-        self.metrics.writes.record("ControllerStatus", opkit::apply::Outcome::Updated);
-        if let Ok(mut w) = self.written.lock() {
-            w.insert(uid, (rv, status.clone()));
-        }
-        Ok(Some(stored))
-    }
-
-    /// Computes and writes the status; `clean` passes earn a lastReconciledAt.
+    /// Computes and writes the status; `clean` passes earn a lastReconciledAt. The lifecycle
+    /// activity of what the write changed is published, and an Event recorded for each change.
     pub(crate) async fn finish(&self, c: &Controller, inputs: Inputs<'_>, clean: bool) -> Result<()> {
         let old = c.status.clone().unwrap_or_default();
         let (mut st, notes) = status::compute(&inputs, old.last_reconciled_at.clone());
@@ -182,13 +114,13 @@ impl Context {
             }
         }
         let causes = crate::activity::Causes::of(c, inputs.mite, inputs.rendered.as_ref().ok().copied());
-        if let Some(before) = self.write_status(c, &st).await? {
+        let written = self.kit.write_status(c, &st).await.map_err(Error::from_kit)?;
+        if let opkit::status::Written::Replaced(before) = written {
             let changes = crate::activity::changes(before.as_ref(), &st, &causes);
             self.activity.publish(&c.namespace().unwrap_or_default(), &c.name_any(), changes);
         }
-        self.metrics.controllers.set(&c.uid().unwrap_or_default(), st.phase);
         for n in &notes {
-            self.event(c, n).await;
+            self.kit.note(c, n).await;
         }
         Ok(())
     }
@@ -228,7 +160,8 @@ impl Context {
     /// Drop everything kept about controllers that are gone: `live` is every Controller that
     /// exists (the controller's cache). Controllers have no finalizer, so a deleted one is never
     /// reconciled again; [`run`] calls this every [`SWEEP_INTERVAL`] instead. Dropped: backoff and
-    /// dwell (by `namespace/name`), the last status written and the phase (by uid), and the
+    /// dwell (by `namespace/name`), the kit's Event series and status writes in flight (by uid),
+    /// and the
     /// verified objects of the controller's namespace named `<name>` or `<name>-...` when no live
     /// controller there has that name (forgetting one too many costs one dry run, never a write).
     pub fn sweep(&self, live: &[Arc<Controller>]) {
@@ -240,12 +173,7 @@ impl Context {
             d.retain(|k, _| keys.contains(k));
             shrink(&mut d);
         }
-        if let Ok(mut w) = self.written.lock() {
-            w.retain(|uid, _| uids.contains(uid));
-            shrink(&mut w);
-        }
-        self.metrics.controllers.retain(|uid| uids.contains(uid));
-        self.events.retain_objects(|uid| uids.contains(uid));
+        self.kit.retain(|uid| uids.contains(uid));
         let live_keys: std::collections::HashSet<(String, String)> =
             live.iter().map(|c| (c.namespace().unwrap_or_default(), c.name_any())).collect();
         self.mites.sweep(&live_keys);
@@ -270,16 +198,13 @@ impl Context {
         }
     }
 
-    /// How many entries this process keeps about controllers (backoff, dwell, last status
-    /// written, phase, verified objects, event series); zero once every controller it saw is gone. Also
-    /// exported as the gauge `varroa_tracked_objects`.
+    /// How many entries this process keeps about controllers (backoff, dwell, the kit's verified
+    /// objects, event series and status writes in flight, mite state, controllers seen); zero
+    /// once every controller it saw is gone. Also exported as the gauge `varroa_tracked_objects`.
     pub fn tracked_objects(&self) -> usize {
         let n = self.failures.len()
             + self.dwell.lock().map(|m| m.len()).unwrap_or(0)
-            + self.written.lock().map(|m| m.len()).unwrap_or(0)
-            + self.metrics.controllers.len()
-            + self.metrics.writes.verified().len()
-            + self.events.tracked_series()
+            + self.kit.tracked()
             + self.mites.tracked()
             + self.seen.lock().map(|s| s.len()).unwrap_or(0);
         self.metrics.tracked_objects.set(i64::try_from(n).unwrap_or(i64::MAX));

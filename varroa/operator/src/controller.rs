@@ -18,138 +18,23 @@
 //!    lifecycle activity of what the write changed (crate::activity; only with NATS).
 
 use crate::config::Config;
-use crate::error::{Blocker, Error, Result};
+use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::mite::MiteSource;
-use crate::objects::{self, PodInputs};
 use crate::status::{self, Inputs};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller as KubeController};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::Duration;
 use varroa_api::Controller;
-use varroa_api::lifecycle::{LABEL_CONTROLLER, LABEL_MANAGED_BY, MANAGED_BY};
+use varroa_api::lifecycle::LABEL_CONTROLLER;
 
 pub use crate::context::{Context, MANAGER, MITES_READY_WAIT, SWEEP_INTERVAL, key_of};
 
-/// Make sure one of the controller's objects is what it should be; a change someone else made is
-/// put back and recorded as a Warning Event (`Restored`) on the controller. An existing object of
-/// that name that is not the controller's ([`objects::is_ours`]) is left untouched: the pass
-/// ends in [`Error::OwnershipConflict`].
-async fn ensure<K>(ctx: &Context, c: &Controller, desired: &K) -> Result<()>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + crate::cache::Cached,
-{
-    ensure_replacing(ctx, c, desired, |_| false).await
-}
-
-/// [`ensure`], deleting the controller's live object first when `recreate` says a field that
-/// cannot be changed must (a RoleBinding's roleRef). The ownership check, the recreate check and
-/// the comparison share one read of the live object.
-async fn ensure_replacing<K>(
-    ctx: &Context,
-    c: &Controller,
-    desired: &K,
-    recreate: impl Fn(&kube::api::DynamicObject) -> bool + Send + Sync,
-) -> Result<()>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + crate::cache::Cached,
-{
-    let ns = c.namespace().unwrap_or_default();
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
-    let is_ours = |meta: &kube::api::ObjectMeta| objects::is_ours(meta, c);
-    let guard = opkit::apply::Guard { is_ours: &is_ours, recreate: &recreate };
-    // The cached metadata: when it is the version verified before, nothing is sent.
-    let cached = ctx.caches.meta_of::<K>(&ns, desired.meta().name.as_deref().unwrap_or_default());
-    let applied = match ctx.metrics.writes.ensure_cached(&api, desired, MANAGER, &guard, cached.as_ref()).await {
-        Ok(applied) => applied,
-        Err(opkit::Error::NotOwned { .. }) => {
-            let name = desired.meta().name.clone().unwrap_or_default();
-            let kind = K::kind(&()).into_owned();
-            return Err(Error::OwnershipConflict { kind, namespace: ns, name, detail: String::new() });
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(message) = applied.restore_note() {
-        tracing::warn!(controller = %key_of(c), "{message}");
-        let note = status::Note { warning: true, reason: "Restored".into(), message };
-        ctx.event_related(c, Some(&applied.reference), "Restore", &note).await;
-    }
-    Ok(())
-}
-
-/// Renders the configuration, fetching remote inputs.
-async fn render(ctx: &Context, c: &Controller) -> Result<varroa_config::Rendered, Blocker> {
-    let ns = c.namespace().unwrap_or_default();
-    let mut world = ctx.world.world_for(&ns);
-    crate::fetch::fetch_inputs(&ctx.fetcher, c, &mut world, true).await;
-    Ok(varroa_config::render(c, &world)?)
-}
-
-/// The update site plugins-init downloads from.
-fn update_site(ctx: &Context, r: &varroa_config::Rendered) -> Result<String, Blocker> {
-    match &r.settings.settings.update_center {
-        None => Ok(ctx.config.default_update_site.clone()),
-        Some(name) => ctx
-            .world
-            .update_centers
-            .state()
-            .iter()
-            .find(|u| u.name_any() == *name)
-            .map(|u| u.spec.url.clone())
-            .ok_or_else(|| Blocker::UnknownUpdateCenter { name: name.clone() }),
-    }
-}
-
-/// The controller's StatefulSet: the cached one when it is the version this process last wrote
-/// or verified, else read (the cache may not have caught up with a write of this pass, and the
-/// status must not report the spec before it).
-async fn stateful_set(ctx: &Context, c: &Controller) -> Result<Option<StatefulSet>> {
-    let ns = c.namespace().unwrap_or_default();
-    let key = opkit::apply::ObjectKey { kind: "StatefulSet".into(), namespace: ns.clone(), name: c.name_any() };
-    if let Some(cached) = ctx.caches.stateful_set(&ns, &c.name_any())
-        && ctx.metrics.writes.verified().is_current(&key, &cached.metadata)
-    {
-        return Ok(Some(cached));
-    }
-    let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
-    sts.get_opt(&c.name_any()).await.map_err(|e| Error::kube("reading the StatefulSet", e))
-}
-
-async fn read_workload(ctx: &Context, c: &Controller) -> Result<(Option<StatefulSet>, Vec<Pod>)> {
-    let ns = c.namespace().unwrap_or_default();
-    let live = stateful_set(ctx, c).await?;
-    let pods = match ctx.caches.pods_of(&ns, &c.name_any()) {
-        Some(pods) => pods,
-        None => {
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-            let lp = ListParams::default().labels(&format!("{LABEL_CONTROLLER}={}", c.name_any()));
-            pods.list(&lp).await.map_err(|e| Error::kube("listing the pods", e))?.items
-        }
-    };
-    Ok((live, pods))
-}
-
+/// The whole reconciliation of one Controller, in order.
 async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
     if c.metadata.deletion_timestamp.is_some() {
         // Owner references take everything down with it.
@@ -160,247 +45,70 @@ async fn reconcile_steps(c: &Controller, ctx: &Context) -> Result<Action> {
     if let Some(left) = ctx.dwelling(c) {
         return Ok(Action::requeue(left));
     }
-    let ns = c.namespace().unwrap_or_default();
-    let mite = ctx.mites.state(&ns, &c.name_any());
-
-    // 1-2. Configuration and the gateway CA (the first that is missing blocks: the configuration,
-    // its update site, the CA).
-    let resolved = async {
-        let r = render(ctx, c).await?;
-        let site = update_site(ctx, &r)?;
-        let ca = crate::certs::gateway_ca(ctx).await?;
-        Ok::<_, Blocker>((r, ca, site))
-    };
-    let (r, ca, site) = match resolved.await {
-        Ok(v) => v,
-        Err(reason) => {
-            let (sts, pods) = read_workload(ctx, c).await?;
-            let now = jiff::Timestamp::now();
-            let inputs = Inputs {
-                controller: c,
-                rendered: Err(&reason),
-                failed: None,
-                ingress_conflict: None,
-                stateful_set: sts.as_ref(),
-                pods: &pods,
-                mite: &mite,
-                now,
-            };
-            ctx.finish(c, inputs, false).await?;
-            return Err(Error::Blocked(reason));
+    // 1-2. The configuration, its update site and the gateway CA; the first that is missing
+    // blocks (the status says why, the pass ends in an error).
+    let inputs = match crate::dereference::inputs(ctx, c).await? {
+        Ok(inputs) => inputs,
+        Err(blocked) => {
+            let workload = crate::dereference::workload(ctx, c).await?;
+            ctx.finish(c, status_inputs(c, Err(&blocked.reason), None, None, &workload, &blocked.mite, ctx), false)
+                .await?;
+            return Err(Error::Blocked(blocked.reason));
         }
     };
-
-    // 3. The objects (hibernated: parked at zero until woken).
-    let hibernated = hibernating(ctx, c, &r, &mite).await?;
-    let pod_inputs = PodInputs { update_site: site, ca_fingerprint: &ca.fingerprint(), hibernated };
-    let steps = async {
-        ensure(ctx, c, &objects::service_account(c)).await?;
-        // roleRef cannot change: a binding to the agents' Role of earlier versions is replaced.
-        let binding = objects::agents_role_binding(c);
-        let role_ref = serde_json::to_value(&binding.role_ref).unwrap_or_default();
-        ensure_replacing(ctx, c, &binding, |live| live.data.get("roleRef") != Some(&role_ref)).await?;
-        ensure(ctx, c, &objects::config_map(c, &r)).await?;
-        crate::certs::ensure_mite_secret(ctx, c, &ca).await?;
-        ensure(ctx, c, &objects::service(c)).await?;
-        ensure(ctx, c, &objects::headless_service(c)).await?;
-        ensure(ctx, c, &objects::stateful_set(c, &r, &ctx.config, &pod_inputs)).await?;
-        let allowlist = &ctx.config.ingress_annotation_allowlist;
-        let dropped = objects::dropped_annotations(&r, allowlist);
-        if !dropped.is_empty() {
-            tracing::info!(controller = %key_of(c), ?dropped, "Ingress annotations not in --ingress-annotation-allowlist left out");
-        }
-        let desired = objects::ingress(c, &r, allowlist);
-        // A host another Controller's Ingress already serves is refused.
-        let conflict = match &desired {
-            Some(i) => {
-                let existing = match ctx.caches.all_ingresses() {
-                    Some(cached) => cached,
-                    None => {
-                        let all: Api<Ingress> = Api::all(ctx.client.clone());
-                        let lp = ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
-                        all.list(&lp).await.map_err(|e| Error::kube("listing Varroa's Ingresses", e))?.items
-                    }
-                };
-                objects::host_conflict(c, i, &existing)
-            }
-            None => None,
+    // 3. Every object, built from the inputs, written in order.
+    let desired = crate::desired::build(c, &inputs, &ctx.config);
+    let (ingress_conflict, mite_configuration) = (desired.ingress_conflict.clone(), desired.mite_configuration.clone());
+    let r = &inputs.rendered;
+    if let Err(e) = crate::apply::apply(ctx, c, &inputs.ca, desired).await {
+        // Refused by the API server, or not the controller's: Failed for a dwell.
+        let failure = match &e {
+            Error::OwnershipConflict { .. } => Some(status::Failure {
+                reason: varroa_api::lifecycle::REASON_OWNERSHIP_CONFLICT.into(),
+                message: e.to_string(),
+            }),
+            _ => e.refusal().map(|message| status::Failure { reason: "ProvisioningRefused".into(), message }),
         };
-        match (desired, &conflict) {
-            (Some(i), None) => ensure(ctx, c, &i).await?,
-            _ => {
-                let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns);
-                // The cache answers once it has listed; before, the Ingress is read.
-                let live = if opkit::cache::is_ready(&ctx.caches.ingresses) {
-                    ctx.caches.meta_of::<Ingress>(&ns, &c.name_any())
-                } else {
-                    api.get_opt(&c.name_any())
-                        .await
-                        .map_err(|e| Error::kube("reading the Ingress", e))?
-                        .map(|i| i.metadata)
-                };
-                if let Some(live) = live
-                    && objects::is_ours(&live, c)
-                {
-                    match api.delete(&c.name_any(), &DeleteParams::default()).await {
-                        Ok(_) => ctx.metrics.writes.record("Ingress", opkit::apply::Outcome::Deleted),
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => return Err(Error::kube("deleting the Ingress", e)),
-                    }
-                }
-            }
-        }
-        Ok::<_, Error>(conflict)
-    };
-    let ingress_conflict = match steps.await {
-        Ok(conflict) => conflict,
-        Err(e) => {
-            let failure = match &e {
-                Error::OwnershipConflict { .. } => Some(status::Failure {
-                    reason: varroa_api::lifecycle::REASON_OWNERSHIP_CONFLICT.into(),
-                    message: e.to_string(),
-                }),
-                _ => e.refusal().map(|message| status::Failure { reason: "ProvisioningRefused".into(), message }),
-            };
-            let Some(failure) = failure else { return Err(e) };
-            let (sts, pods) = read_workload(ctx, c).await?;
-            let inputs = Inputs {
-                controller: c,
-                rendered: Ok(&r),
-                failed: Some(failure),
-                ingress_conflict: None,
-                stateful_set: sts.as_ref(),
-                pods: &pods,
-                mite: &mite,
-                now: jiff::Timestamp::now(),
-            };
-            ctx.finish(c, inputs, false).await?;
-            ctx.start_dwell(c);
-            return Ok(Action::requeue(ctx.config.failed_dwell));
-        }
-    };
-
+        let Some(failure) = failure else { return Err(e) };
+        let workload = crate::dereference::workload(ctx, c).await?;
+        ctx.finish(c, status_inputs(c, Ok(r), Some(failure), None, &workload, &inputs.mite, ctx), false).await?;
+        ctx.start_dwell(c);
+        return Ok(Action::requeue(ctx.config.failed_dwell));
+    }
     // 4-5. Cells past their grace; the status.
-    let (sts, pods) = read_workload(ctx, c).await?;
-    let next_cell_check = replace_stuck_cells(ctx, c, &r, &pods).await?;
-    let inputs = Inputs {
-        controller: c,
-        rendered: Ok(&r),
-        failed: None,
-        ingress_conflict,
-        stateful_set: sts.as_ref(),
-        pods: &pods,
-        mite: &mite,
-        now: jiff::Timestamp::now(),
-    };
-    ctx.finish(c, inputs, true).await?;
+    let workload = crate::dereference::workload(ctx, c).await?;
+    let next_cell_check = crate::apply::replace_stuck_cells(ctx, c, r, &workload.pods).await?;
+    ctx.finish(c, status_inputs(c, Ok(r), None, ingress_conflict, &workload, &inputs.mite, ctx), true).await?;
     // 6. The desired configuration, to the mites (reloadable changes reach Jenkins without a
     // restart; restart-class ones rolled the pods above).
-    let entry = varroa_link::kv::DesiredEntry {
-        digest: r.casc_digest.clone(),
-        files: r
-            .files
-            .iter()
-            .filter(|(k, _)| k.as_str() == "jenkins.yaml")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        cells: Some(u32::try_from(r.settings.settings.cells.unwrap_or(1).max(1)).unwrap_or(1)),
-    };
-    match ctx.mites.publish_desired(&ns, &c.name_any(), entry).await {
-        Ok(true) => ctx.metrics.writes.record("DesiredConfiguration", opkit::apply::Outcome::Updated),
-        Ok(false) => {}
-        Err(e) => return Err(e.into()),
+    let ns = c.namespace().unwrap_or_default();
+    if ctx.mites.publish_desired(&ns, &c.name_any(), mite_configuration).await? {
+        ctx.metrics.writes.record("DesiredConfiguration", opkit::apply::Outcome::Updated);
     }
-    let mut next = ctx.config.resync_interval;
-    if let Some(n) = next_cell_check {
-        next = next.min(n);
-    }
+    let next = next_cell_check.map_or(ctx.config.resync_interval, |n| n.min(ctx.config.resync_interval));
     Ok(Action::requeue(next))
 }
 
-/// Whether the controller is to be parked: it already is (its StatefulSet is marked) and nobody
-/// asked to wake it, or its inactivity policy's idle period has passed.
-async fn hibernating(
+/// What the status of a pass is computed from.
+fn status_inputs<'a>(
+    c: &'a Controller,
+    rendered: std::result::Result<&'a varroa_config::Rendered, &'a crate::error::Blocker>,
+    failed: Option<status::Failure>,
+    ingress_conflict: Option<String>,
+    workload: &'a crate::dereference::Workload,
+    mite: &'a crate::mite::MiteState,
     ctx: &Context,
-    c: &Controller,
-    r: &varroa_config::Rendered,
-    mite: &crate::mite::MiteState,
-) -> Result<bool> {
-    if c.spec.power_state == varroa_api::PowerState::Stopped || mite.wake_requested {
-        return Ok(false);
+) -> Inputs<'a> {
+    Inputs {
+        controller: c,
+        rendered,
+        failed,
+        ingress_conflict,
+        stateful_set: workload.stateful_set.as_ref(),
+        pods: &workload.pods,
+        mite,
+        now: ctx.kit.clock.now(),
     }
-    let marked = stateful_set(ctx, c)
-        .await?
-        .is_some_and(|s| s.annotations().contains_key(varroa_api::lifecycle::ANNOTATION_HIBERNATED));
-    if marked {
-        return Ok(true);
-    }
-    let idle_after = r
-        .settings
-        .settings
-        .hibernation
-        .as_ref()
-        .and_then(|h| h.idle_after.as_deref())
-        .and_then(|d| crate::config::parse_duration(d).ok());
-    Ok(matches!((idle_after, mite.idle_for), (Some(after), Some(idle)) if idle >= after))
-}
-
-/// Deletes cells (of a controller with cells above 1) unready for longer than the grace
-/// period; returns when to look again.
-async fn replace_stuck_cells(
-    ctx: &Context,
-    c: &Controller,
-    r: &varroa_config::Rendered,
-    pods: &[Pod],
-) -> Result<Option<Duration>> {
-    let s = &r.settings.settings;
-    if s.cells.unwrap_or(1) <= 1 {
-        return Ok(None);
-    }
-    let grace = s
-        .cell_unready_grace_period
-        .as_deref()
-        .and_then(|g| crate::config::parse_duration(g).ok())
-        .unwrap_or(ctx.config.cell_unready_grace);
-    let now = jiff::Timestamp::now();
-    let mut next: Option<Duration> = None;
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &c.namespace().unwrap_or_default());
-    for p in pods {
-        if p.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let Some(ready) =
-            p.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|x| x.type_ == "Ready"))
-        else {
-            continue;
-        };
-        if ready.status == "True" {
-            continue;
-        }
-        let since = ready.last_transition_time.as_ref().map(|t| t.0).unwrap_or(now);
-        let unready_for = Duration::from_secs_f64(now.duration_since(since).as_secs_f64().max(0.0));
-        if unready_for >= grace {
-            api.delete(&p.name_any(), &DeleteParams::default())
-                .await
-                .map_err(|e| Error::kube(format!("replacing cell {}", p.name_any()), e))?;
-            ctx.metrics.writes.record("Pod", opkit::apply::Outcome::Deleted);
-            let note = status::Note {
-                warning: true,
-                reason: "CellReplaced".into(),
-                message: format!(
-                    "cell {} was unready for {}s (grace {}s): replaced",
-                    p.name_any(),
-                    unready_for.as_secs(),
-                    grace.as_secs()
-                ),
-            };
-            ctx.event(c, &note).await;
-        } else {
-            let left = grace - unready_for;
-            next = Some(next.map_or(left, |n| n.min(left)));
-        }
-    }
-    Ok(next)
 }
 
 /// What ends a reconcile: an [`Error`], or `--reconcile-timeout`.
@@ -446,6 +154,8 @@ pub async fn run(
     // The Controllers' watch as kube's Controller::new makes it, with a look at each event on
     // the way (deletions are lifecycle activity).
     let (store, writer) = kube::runtime::reflector::store();
+    // The phase gauge counts from this cache.
+    metrics.controllers.attach(store.clone());
     let (world, world_changes) = crate::world::start(&client, store.clone());
     let mite_changes = mite_stream(mites.changes());
     let (caches, writers) = crate::cache::Caches::new();

@@ -118,6 +118,15 @@ impl Error {
         Error::Kube { action: action.into(), source }
     }
 
+    /// A direct request of the kit (a status write, a deletion): an API error keeps its action
+    /// and the label `kube`, as the operator's own requests have.
+    pub fn from_kit(e: opkit::Error) -> Self {
+        match e {
+            opkit::Error::Kube { action, source } => Error::Kube { action, source },
+            other => Error::Apply(other),
+        }
+    }
+
     /// A short label for metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {

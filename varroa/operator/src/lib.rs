@@ -4,7 +4,9 @@
 //!
 //! | Concern | File |
 //! |---|---|
-//! | The reconciliation and its watches | controller.rs |
+//! | The reconciliation (a pipeline, in order) and its watches | controller.rs |
+//! | Its steps: the reads, every object built (pure), the writes, the status (pure) | dereference.rs, desired.rs, apply.rs, status.rs |
+//! | What reconciles share (client, caches, kit, per-controller state) | context.rs |
 //! | The caches of classes, profiles, bundles, ... and what a change reaches | world.rs |
 //! | The objects made for a Controller | objects.rs |
 //! | The mite's certificate and the gateway CA | certs.rs |
@@ -16,11 +18,14 @@
 //! | `varroa-operator gateway-ca` | gateway_ca_cmd.rs |
 
 pub mod activity;
+pub mod apply;
 pub mod cache;
 pub mod certs;
 pub mod config;
 pub mod context;
 pub mod controller;
+pub mod dereference;
+pub mod desired;
 pub mod error;
 pub mod fetch;
 pub mod gateway_ca_cmd;

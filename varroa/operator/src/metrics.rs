@@ -5,7 +5,8 @@
 use opkit::reconcile::{PhaseGauge, ReconcileMetrics};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use varroa_api::ControllerPhase;
+use std::sync::Arc;
+use varroa_api::{Controller, ControllerPhase};
 
 #[derive(Debug)]
 pub struct Metrics {
@@ -13,8 +14,8 @@ pub struct Metrics {
     /// (counted when the binary builds its client with [`opkit::client::counted`]).
     pub requests: opkit::client::RequestCounter,
     pub reconcile: ReconcileMetrics,
-    /// `varroa_controllers{phase}`.
-    pub controllers: PhaseGauge<ControllerPhase>,
+    /// `varroa_controllers{phase}`, counted from the operator's cache of Controllers.
+    pub controllers: Arc<PhaseGauge<Controller, ControllerPhase>>,
     pub writes: opkit::apply::WriteCounter,
     /// Entries the process keeps about controllers (see `Context::tracked_objects`).
     pub tracked_objects: Gauge,
@@ -35,7 +36,9 @@ impl Metrics {
         Metrics {
             requests: opkit::client::RequestCounter::new(),
             reconcile: ReconcileMetrics::default(),
-            controllers: PhaseGauge::new(PHASES),
+            controllers: Arc::new(PhaseGauge::new("controllers", "Controllers by phase", PHASES, |c: &Controller| {
+                c.status.as_ref()?.phase
+            })),
             writes: opkit::apply::WriteCounter::new(),
             tracked_objects: Gauge::default(),
         }
@@ -46,10 +49,10 @@ impl Metrics {
         let r = registry.sub_registry_with_prefix("varroa");
         self.requests.register(r);
         self.reconcile.register(r, "controllers");
-        r.register("controllers", "Controllers by phase", self.controllers.family());
+        self.controllers.register(r);
         r.register(
             "tracked_objects",
-            "Entries the operator keeps in memory about controllers (backoff, dwell, statuses written, phases, verified objects); back to 0 when they are gone",
+            "Entries the operator keeps in memory about controllers (backoff, dwell, status writes in flight, verified objects, event series, mite state); back to 0 when they are gone",
             self.tracked_objects.clone(),
         );
         self.writes.register(r);

@@ -5,8 +5,9 @@
 use crate::mite::MiteState;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
+use opkit::conditions::{ConditionStatus, DesiredCondition, find_condition, set_condition};
 use varroa_api::lifecycle::{
     CONTAINER_JENKINS, CONTAINER_PLUGINS_INIT, REASON_HOST_IN_USE, REASON_STREAM_LOST, condition,
 };
@@ -38,13 +39,8 @@ pub struct Failure {
     pub message: String,
 }
 
-/// A change worth an Event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Note {
-    pub warning: bool,
-    pub reason: String,
-    pub message: String,
-}
+/// A change worth an Event (opkit's: both operators' status functions return them).
+pub use opkit::events::Note;
 
 fn cond(type_: &str, status: bool, reason: &str, message: String) -> (String, &'static str, String, String) {
     (type_.to_string(), if status { "True" } else { "False" }, reason.to_string(), message)
@@ -217,40 +213,28 @@ pub fn compute(i: &Inputs, stamp: Option<Time>) -> (ControllerStatus, Vec<Note>)
 
     let mut conditions = old.conditions.clone();
     let mut notes = Vec::new();
-    let now = Time(i.now);
     for (type_, status, reason, message) in wanted {
-        let prev = conditions.iter().find(|x| x.type_ == type_).cloned();
-        let changed_status = prev.as_ref().is_none_or(|p| p.status != status);
-        let changed = changed_status || prev.as_ref().is_some_and(|p| p.reason != reason || p.message != message);
-        if !changed {
-            if let Some(x) = conditions.iter_mut().find(|x| x.type_ == type_) {
-                x.observed_generation = c.metadata.generation;
-            }
-            continue;
-        }
+        let prev = find_condition(&conditions, &type_).cloned();
+        let changed = prev.as_ref().is_none_or(|p| p.status != status || p.reason != reason || p.message != message);
         let bad = matches!(
             (type_.as_str(), status),
             ("Failed" | "ReconcileBlocked" | "JenkinsBootFailed" | "PluginRollFailed" | "IngressHostConflict", "True")
                 | ("MiteConnected", "False")
         ) && reason != "NotConnected";
-        if prev.is_some() || status == "True" || bad {
+        if changed && (prev.is_some() || status == "True" || bad) {
             notes.push(Note {
                 warning: bad,
                 reason: if status == "True" { type_.clone() } else { format!("{type_}Cleared") },
                 message: if message.is_empty() { format!("{type_} is {status} ({reason})") } else { message.clone() },
             });
         }
-        let transition =
-            if changed_status { now.clone() } else { prev.map(|p| p.last_transition_time).unwrap_or(now.clone()) };
-        conditions.retain(|x| x.type_ != type_);
-        conditions.push(Condition {
-            type_,
-            status: status.to_string(),
-            reason,
-            message,
-            last_transition_time: transition,
-            observed_generation: c.metadata.generation,
-        });
+        // opkit's rules (apimachinery's SetStatusCondition): the transition time moves only with
+        // the status, and a condition the API server would refuse is not set.
+        let desired = DesiredCondition::new(type_, ConditionStatus::from(status == "True"), reason, message)
+            .observed_generation(c.metadata.generation);
+        if let Err(e) = set_condition(&mut conditions, desired, i.now) {
+            tracing::warn!(controller = %c.name_any(), error = %e, "a condition was not set");
+        }
     }
     conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
     if old.phase != Some(phase) {

@@ -10,68 +10,34 @@
 //! 6. the Deployment, the Service, the Ingress (when there is a preview domain);
 //! 7. the status, then come back when the TTL (or its warning) is due.
 //!
+//! The steps are a pipeline (ADR-0009): **dereference** (crate::dereference: reads, from the
+//! watch caches), **build** (crate::desired: every object, pure), **apply** (crate::apply: the
+//! writes, in this order), **status** (crate::status: pure), each written through the context's
+//! kit (opkit::reconcile::Kit).
+//!
 //! Every object is compared with what it should be and written only when it differs, so a hand
 //! edit is restored and a reconcile that changes nothing writes nothing. The first step that
 //! fails ends the run: the Ready condition says why (ReconcileError) and the preview is retried
 //! with a growing delay.
 
-use crate::cache::{self, Caches};
+use crate::cache;
 use crate::error::{Error, Result};
 use crate::status;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{LimitRange, Namespace, Pod, ResourceQuota, Service};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 use vesper_api::PreviewEnvironment;
 
 pub use crate::context::{Context, MANAGER, key_of};
 
-/// Make sure an object in the preview's namespace is what it should be: refuse to touch one
-/// that is not Vesper's, write only when it differs. `cached` is the object's metadata in the
-/// watch cache: when it is the version verified before, nothing is sent; otherwise the
-/// ownership check and the comparison share one read of the live object.
-async fn ensure_owned<K>(
-    ctx: &Context,
-    pe: &PreviewEnvironment,
-    namespace: &str,
-    desired: &K,
-    cached: Option<kube::api::ObjectMeta>,
-) -> Result<opkit::apply::Applied>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned,
-{
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
-    let is_ours = |meta: &kube::api::ObjectMeta| crate::meta::is_ours(meta, pe);
-    let guard = opkit::apply::Guard { is_ours: &is_ours, recreate: &|_| false };
-    match ctx.metrics.writes.ensure_cached(&api, desired, MANAGER, &guard, cached.as_ref()).await {
-        Ok(applied) => {
-            ctx.restored(pe, &applied).await;
-            Ok(applied)
-        }
-        Err(opkit::Error::NotOwned { .. }) => Err(Error::Conflict {
-            kind: K::kind(&()).into_owned(),
-            namespace: namespace.into(),
-            name: desired.meta().name.clone().unwrap_or_default(),
-        }),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The whole reconciliation of one preview.
+/// The whole reconciliation of one preview, in the flowchart's order.
 async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Action> {
     // 1. Being deleted?
     if pe.metadata.deletion_timestamp.is_some() {
@@ -79,7 +45,7 @@ async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Actio
     }
     // 2. The finalizer; the TTL.
     crate::finalizer::ensure(pe, ctx).await?;
-    let now = ctx.clock.now();
+    let now = ctx.kit.clock.now();
     let expires_at = match crate::ttl::expires_at(pe) {
         Ok(t) => t,
         Err(e) => {
@@ -88,132 +54,77 @@ async fn reconcile_steps(pe: &PreviewEnvironment, ctx: &Context) -> Result<Actio
         }
     };
     if now >= expires_at {
-        ctx.apply(pe, status::expired(pe, expires_at, now)).await?;
-        if ctx.first_expiry(pe) {
-            ctx.metrics.expirations.inc();
-        }
-        let api: Api<PreviewEnvironment> = Api::namespaced(ctx.client.clone(), &pe.namespace().unwrap_or_default());
-        match api.delete(&pe.name_any(), &DeleteParams::default()).await {
-            Ok(_) => ctx.metrics.writes.record("PreviewEnvironment", opkit::apply::Outcome::Deleted),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-        return Ok(Action::await_change());
+        return expire(pe, ctx, expires_at, now).await;
     }
-    // 3/4. The namespace, ours or a conflict.
-    let ns_name = crate::naming::namespace_name(&pe.namespace().unwrap_or_default(), &pe.name_any());
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    // The cache says whose the namespace is; anything but "ours" (absent, or someone else's) is
-    // read from the API server before acting on it.
-    let live = match Caches::meta(&ctx.caches.namespaces, None, &ns_name) {
-        Some(m) if crate::meta::is_ours(&m, pe) => Some(m),
-        _ => namespaces.get_opt(&ns_name).await?.map(|n| n.metadata),
-    };
+    // 3/4. The namespace: absent, ours, someone else's, or going away.
+    let ns = crate::naming::namespace_name(&pe.namespace().unwrap_or_default(), &pe.name_any());
+    let live = crate::dereference::namespace(ctx, pe, &ns).await?;
     if let Some(live) = &live {
         if !crate::meta::is_ours(live, pe) {
             let msg = format!(
-                "namespace {ns_name} exists and was not created by Vesper for this preview (it lacks the label {}={}); Vesper does not touch it: delete it or rename the preview",
+                "namespace {ns} exists and was not created by Vesper for this preview (it lacks the label {}={}); Vesper does not touch it: delete it or rename the preview",
                 vesper_api::LABEL_PREVIEW_UID,
                 pe.uid().unwrap_or_default()
             );
-            ctx.apply(pe, status::failed(pe, "NamespaceConflict", &msg, now)).await?;
-            return Ok(Action::requeue(ctx.blocked_retry(&key_of(pe))));
+            return conflict(pe, ctx, &msg, now).await;
         }
         if live.deletion_timestamp.is_some() {
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
     }
-    let desired_ns = crate::namespace::namespace(pe, &ns_name);
-    let applied = ctx
-        .metrics
-        .writes
-        .ensure_cached(&namespaces, &desired_ns, MANAGER, &opkit::apply::Guard::ANY, live.as_ref())
-        .await?;
-    ctx.restored(pe, &applied).await;
-    // 5. Quota, limits, network isolation: before any pod.
-    let cfg = &ctx.config;
-    let c = &ctx.caches;
-    let ns = Some(ns_name.as_str());
-    let guarded = async {
-        let quota = crate::quota::resource_quota(pe, cfg, &ns_name)?;
-        ensure_owned(ctx, pe, &ns_name, &quota, Caches::meta(&c.quotas, ns, crate::quota::QUOTA_NAME)).await?;
-        let limits = crate::quota::limit_range(pe, cfg, &ns_name);
-        ensure_owned(ctx, pe, &ns_name, &limits, Caches::meta(&c.limits, ns, crate::quota::LIMIT_RANGE_NAME)).await?;
-        let hosts = ctx.hosts.get();
-        let policy = crate::networkpolicy::network_policy(pe, cfg, &ns_name, &hosts);
-        ensure_owned(ctx, pe, &ns_name, &policy, Caches::meta(&c.policies, ns, crate::networkpolicy::NAME)).await?;
-        // 6. The workload and its routes.
-        let cached_dep = c.deployment(&ns_name, crate::deployment::NAME);
-        let deployment = crate::deployment::deployment(pe, cfg, &ns_name);
-        ensure_owned(ctx, pe, &ns_name, &deployment, cached_dep.as_ref().map(|d| d.metadata.clone())).await?;
-        let service = crate::service::service(pe, &ns_name);
-        ensure_owned(ctx, pe, &ns_name, &service, Caches::meta(&c.services, ns, crate::service::NAME)).await?;
-        let host = crate::ingress::host(pe, cfg);
-        match &host {
-            Some(h) => {
-                let ingress = crate::ingress::ingress(pe, cfg, &ns_name, h);
-                ensure_owned(ctx, pe, &ns_name, &ingress, Caches::meta(&c.ingresses, ns, crate::ingress::NAME)).await?;
-            }
-            None => {
-                if let Some(i) = Caches::meta(&c.ingresses, ns, crate::ingress::NAME)
-                    && crate::meta::is_ours(&i, pe)
-                {
-                    let ingresses: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns_name);
-                    match ingresses.delete(crate::ingress::NAME, &DeleteParams::default()).await {
-                        Ok(_) => ctx.metrics.writes.record("Ingress", opkit::apply::Outcome::Deleted),
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-            }
-        }
-        Ok::<_, Error>((host, cached_dep))
-    };
-    let (host, cached_dep) = match guarded.await {
-        Ok(h) => h,
+    // 5/6. Every object, built from the spec, written in order: quota, limits and network
+    // isolation before any pod; the workload and its routes.
+    let desired = crate::desired::build(pe, &ctx.config, &ns, &ctx.hosts.get())?;
+    let url = desired.url();
+    match crate::apply::apply(ctx, pe, live.as_ref(), desired).await {
+        Ok(()) => ctx.blocked.reset(&key_of(pe)),
         Err(Error::Conflict { kind, namespace, name }) => {
             let msg = format!(
                 "{kind} {name:?} in namespace {namespace:?} exists and was not created by Vesper for this preview; Vesper does not touch it: delete it"
             );
-            ctx.apply(pe, status::failed(pe, "NamespaceConflict", &msg, now)).await?;
-            return Ok(Action::requeue(ctx.blocked_retry(&key_of(pe))));
+            return conflict(pe, ctx, &msg, now).await;
         }
         Err(e) => return Err(e),
-    };
-    ctx.blocked.reset(&key_of(pe));
-    // 7. Status, from what the Deployment and its pods report. The cached Deployment serves
-    // when it is the version just verified or written; one the cache has not caught up with is
-    // read (its spec may have just changed, and the status must not call the old one Ready).
-    let key = opkit::apply::ObjectKey {
-        kind: "Deployment".into(),
-        namespace: ns_name.clone(),
-        name: crate::deployment::NAME.into(),
-    };
-    let dep = match cached_dep {
-        Some(d) if ctx.metrics.writes.verified().is_current(&key, &d.metadata) => Some(d),
-        _ => Api::<Deployment>::namespaced(ctx.client.clone(), &ns_name).get_opt(crate::deployment::NAME).await?,
-    };
-    let uid = pe.uid().unwrap_or_default();
-    let pod_list = match ctx.caches.pods_of(&ns_name, &uid) {
-        Some(pods) => pods,
-        None => {
-            let selector = format!("{}={uid}", vesper_api::LABEL_PREVIEW_UID);
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns_name);
-            pods.list(&ListParams::default().labels(&selector)).await?.items
-        }
-    };
+    }
+    // 7. The status, from what the Deployment and its pods report; come back when the TTL (or
+    // its warning) is due.
+    let workload = crate::dereference::workload(ctx, pe, &ns).await?;
     let computed = status::compute(status::Inputs {
         pe,
-        deployment: dep.as_ref(),
-        pods: &pod_list,
-        namespace: &ns_name,
-        url: host.map(|h| format!("https://{h}")),
+        deployment: workload.deployment.as_ref(),
+        pods: &workload.pods,
+        namespace: &ns,
+        url,
         expires_at,
         expiry_warning: ctx.config.expiry_warning,
         now,
     });
     ctx.apply(pe, computed).await?;
     Ok(Action::requeue(crate::ttl::next_wakeup(now, expires_at, ctx.config.expiry_warning)))
+}
+
+/// The TTL passed: phase Expired, and the preview deleted (its finalizer then deletes the
+/// namespace).
+async fn expire(
+    pe: &PreviewEnvironment,
+    ctx: &Context,
+    expires_at: jiff::Timestamp,
+    now: jiff::Timestamp,
+) -> Result<Action> {
+    ctx.apply(pe, status::expired(pe, expires_at, now)).await?;
+    if ctx.first_expiry(pe) {
+        ctx.metrics.expirations.inc();
+    }
+    let api: Api<PreviewEnvironment> = Api::namespaced(ctx.client.clone(), &pe.namespace().unwrap_or_default());
+    ctx.kit.delete(&api, &pe.name_any(), &DeleteParams::default()).await.map_err(Error::Write)?;
+    Ok(Action::await_change())
+}
+
+/// A namespace or object of the preview's is not Vesper's: phase Failed (NamespaceConflict),
+/// and a look again after a growing delay (its deletion wakes no watch of ours).
+async fn conflict(pe: &PreviewEnvironment, ctx: &Context, message: &str, now: jiff::Timestamp) -> Result<Action> {
+    ctx.apply(pe, status::failed(pe, "NamespaceConflict", message, now)).await?;
+    Ok(Action::requeue(ctx.blocked_retry(&key_of(pe))))
 }
 
 /// What ends a reconcile: an [`Error`], or `--reconcile-timeout`.
@@ -233,7 +144,7 @@ pub async fn reconcile(pe: Arc<PreviewEnvironment>, ctx: Arc<Context>) -> Result
     let result = pass.run(Error::metric_label, reconcile_steps(&pe, &ctx)).await;
     if let Err(e) = &result
         && pe.metadata.deletion_timestamp.is_none()
-        && let Err(e2) = ctx.apply(&pe, status::reconcile_error(&pe, &e.to_string(), ctx.clock.now())).await
+        && let Err(e2) = ctx.apply(&pe, status::reconcile_error(&pe, &e.to_string(), ctx.kit.clock.now())).await
     {
         tracing::warn!(preview = %key, error = %e2, "could not record the error in the status");
     }
@@ -276,6 +187,8 @@ pub async fn run(
     // The previews, without their managedFields (nothing reads them; they are most of a preview's
     // size in the cache).
     let (previews, preview_writer) = kube::runtime::reflector::store();
+    // The phase gauge counts from this cache.
+    ctx.metrics.previews.attach(previews.clone());
     let preview_stream = watcher(Api::<PreviewEnvironment>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .modify(|pe| pe.managed_fields_mut().clear())

@@ -16,8 +16,12 @@ pub enum Error {
         "{kind} {name:?} in namespace {namespace:?} exists and was not created by Vesper for this preview; Vesper does not touch it: delete or rename it"
     )]
     Conflict { kind: String, namespace: String, name: String },
+    /// The compare-then-write of an owned object (reading it, or writing it).
     #[error("{0}")]
-    Apply(#[from] opkit::Error),
+    Apply(opkit::Error),
+    /// A direct write through the kit: the status, a deletion.
+    #[error("{0}")]
+    Write(opkit::Error),
     #[error("serializing {0}: {1}")]
     Serialize(&'static str, serde_json::Error),
 }
@@ -30,6 +34,7 @@ impl Error {
             Error::Quantity(_) => "invalid_quantity",
             Error::Conflict { .. } => "conflict",
             Error::Apply(_) => "apply",
+            Error::Write(_) => "kube",
             Error::Serialize(..) => "serialize",
         }
     }

@@ -7,10 +7,11 @@
 use crate::context::Context;
 use crate::error::{Error, Result};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
 use opkit::apply::Outcome;
+use opkit::events::Note;
 use serde_json::json;
 use std::time::Duration;
 use vesper_api::{FINALIZER, PreviewEnvironment};
@@ -71,23 +72,13 @@ pub async fn cleanup(pe: &PreviewEnvironment, ctx: &Context) -> Result<Action> {
         Some(n) if crate::meta::is_ours(&n.metadata, pe) => {
             if n.metadata.deletion_timestamp.is_none() {
                 tracing::info!(namespace = %name, preview = %pe.name_any(), "deleting the preview's namespace");
-                match namespaces.delete(&name, &DeleteParams::background()).await {
-                    Ok(_) => ctx.metrics.writes.record("Namespace", Outcome::Deleted),
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
-                ctx.event(
-                    pe,
-                    false,
-                    "DeletingNamespace",
-                    "Cleanup",
-                    &format!("deleting namespace {name} and everything in it"),
-                )
-                .await;
+                ctx.kit.delete(&namespaces, &name, &DeleteParams::background()).await.map_err(Error::Write)?;
+                let note = Note::normal("DeletingNamespace", format!("deleting namespace {name} and everything in it"));
+                ctx.kit.events.note(&pe.object_ref(&()), None, "Cleanup", &note).await;
             }
             // Explain the wait in the preview's status; the namespace's changes wake us up.
-            let status = crate::status::deleting(pe, Some(n), ctx.clock.now());
-            ctx.write_status(pe, status).await?;
+            let status = crate::status::deleting(pe, Some(n), ctx.kit.clock.now());
+            ctx.kit.write_status(pe, &status).await.map_err(Error::Write)?;
             Ok(Action::requeue(Duration::from_secs(30)))
         }
         _ => {

@@ -7,7 +7,8 @@
 //! | Concern | File |
 //! |---|---|
 //! | The API types and their validation | vesper/api/src/lib.rs, ttl.rs |
-//! | The reconciliation, the watches | controller.rs |
+//! | The reconciliation (a pipeline in the flowchart's order), the watches | controller.rs |
+//! | Its steps: the reads, every object built (pure), the writes, the status (pure) | dereference.rs, desired.rs, apply.rs, status.rs |
 //! | What reconciles share (client, caches, metrics, per-preview state) | context.rs |
 //! | The watch caches reconciles read from | cache.rs |
 //! | Names of namespaces and hosts | naming.rs |
@@ -20,13 +21,15 @@
 //! | Metrics | metrics.rs |
 //! | The operator flags | config.rs, main.rs |
 
+pub mod apply;
 pub mod cache;
 pub mod cidr;
-pub mod clock;
 pub mod config;
 pub mod context;
 pub mod controller;
 pub mod deployment;
+pub mod dereference;
+pub mod desired;
 pub mod error;
 pub mod finalizer;
 pub mod hostaddresses;
@@ -42,6 +45,8 @@ pub mod status;
 pub mod ttl;
 
 pub use config::Config;
+/// The clock the operator reads (opkit's: tests move it forward).
+pub use opkit::clock;
 
 use std::sync::Arc;
 

@@ -8,7 +8,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use vesper_api::Phase;
+use std::sync::Arc;
+use vesper_api::{Phase, PreviewEnvironment};
 
 #[derive(Debug)]
 pub struct Metrics {
@@ -16,8 +17,8 @@ pub struct Metrics {
     /// (counted when the binary builds its client with [`opkit::client::counted`]).
     pub requests: opkit::client::RequestCounter,
     pub reconcile: ReconcileMetrics,
-    /// `vesper_previews{phase}`.
-    pub previews: PhaseGauge<Phase>,
+    /// `vesper_previews{phase}`, counted from the operator's cache of previews.
+    pub previews: Arc<PhaseGauge<PreviewEnvironment, Phase>>,
     pub time_to_ready: Histogram,
     pub expirations: Counter,
     pub writes: opkit::apply::WriteCounter,
@@ -30,7 +31,12 @@ impl Metrics {
         Metrics {
             requests: opkit::client::RequestCounter::new(),
             reconcile: ReconcileMetrics::default(),
-            previews: PhaseGauge::new([Phase::Pending, Phase::Ready, Phase::Failed, Phase::Expired]),
+            previews: Arc::new(PhaseGauge::new(
+                "previews",
+                "Previews by phase",
+                [Phase::Pending, Phase::Ready, Phase::Failed, Phase::Expired],
+                |pe: &PreviewEnvironment| pe.status.as_ref()?.phase,
+            )),
             time_to_ready: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             expirations: Counter::default(),
             writes: opkit::apply::WriteCounter::new(),
@@ -43,7 +49,7 @@ impl Metrics {
         let r = registry.sub_registry_with_prefix("vesper");
         self.requests.register(r);
         self.reconcile.register(r, "previews");
-        r.register("previews", "Previews by phase", self.previews.family());
+        self.previews.register(r);
         r.register(
             "time_to_ready_seconds",
             "Time from a preview's creation to its first Ready",
@@ -52,7 +58,7 @@ impl Metrics {
         r.register("expirations", "Previews deleted because their TTL passed", self.expirations.clone());
         r.register(
             "tracked_objects",
-            "Entries the operator keeps in memory about previews (backoff, phases, verified objects); back to 0 when they are gone",
+            "Entries the operator keeps in memory about previews (backoff, verified objects, event series, status writes in flight); back to 0 when they are gone",
             self.tracked_objects.clone(),
         );
         self.writes.register(r);

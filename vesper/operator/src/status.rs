@@ -21,13 +21,8 @@ pub const AVAILABLE: &str = "Available";
 pub const EXPIRED: &str = "Expired";
 pub const EXPIRING_SOON: &str = "ExpiringSoon";
 
-/// An event to record about the preview.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Note {
-    pub warning: bool,
-    pub reason: String,
-    pub message: String,
-}
+/// An event to record about the preview (opkit's: both operators' status functions return them).
+pub use opkit::events::Note;
 
 /// What the status should say, and the events its changes call for.
 #[derive(Debug, Clone, PartialEq)]
