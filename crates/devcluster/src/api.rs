@@ -7,6 +7,7 @@ use crate::errors::{ApiError, ApiResult};
 use crate::ops::{self, DeleteOpts, FieldValidation, ListOpts, WriteOpts};
 use crate::registry::ResourceDef;
 use crate::request::{self, BodyFormat, Output, PathKind, Query, ResourcePath};
+use crate::runtime::Runtime;
 use crate::watch::{self, Start, WatchParams};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
@@ -83,12 +84,14 @@ fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Serve one request. Never fails: errors become `Status` responses.
-pub async fn handle(cl: Arc<Cluster>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// Serve one request. Never fails: errors become `Status` responses. The pods' `log`, `exec`
+/// and `portforward` are answered by the node's process runtime `rt`, as the apiserver hands
+/// them to the kubelet.
+pub async fn handle(cl: Arc<Cluster>, rt: Arc<Runtime>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let started = std::time::Instant::now();
     let method = req.method().clone();
     let uri = req.uri().clone();
-    let resp = match serve(cl, req).await {
+    let resp = match serve(cl, &rt, req).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
@@ -109,7 +112,7 @@ async fn read_body(body: Incoming) -> ApiResult<Bytes> {
     }
 }
 
-async fn serve(cl: Arc<Cluster>, req: Request<Incoming>) -> ApiResult<Response<Body>> {
+async fn serve(cl: Arc<Cluster>, rt: &Runtime, req: Request<Incoming>) -> ApiResult<Response<Body>> {
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let query = Query::parse(parts.uri.query());
@@ -208,7 +211,7 @@ async fn serve(cl: Arc<Cluster>, req: Request<Incoming>) -> ApiResult<Response<B
                 on: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
                 query: parts.uri.query().map(str::to_string),
             };
-            resource(cl, parts.method, rp, query, &headers, accept.as_deref(), body, &user, stream).await
+            resource(cl, rt, parts.method, rp, query, &headers, accept.as_deref(), body, &user, stream).await
         }
         PathKind::Other(_) => Ok(page_not_found()),
     }
@@ -250,6 +253,7 @@ fn decode_object(def: &ResourceDef, headers: &HeaderMap, bytes: &[u8]) -> ApiRes
 #[allow(clippy::too_many_arguments)]
 async fn resource(
     cl: Arc<Cluster>,
+    rt: &Runtime,
     method: Method,
     rp: ResourcePath,
     q: Query,
@@ -374,13 +378,14 @@ async fn resource(
     if def.group.is_empty() && def.plural == "pods" {
         match (rp.namespace.as_deref(), rp.name.as_deref(), rp.subresource.as_deref()) {
             (Some(ns), Some(name), Some("log")) if method == Method::GET => {
-                return crate::runtime::logs::serve(&cl, ns, name, &q);
+                return crate::runtime::logs::serve(&cl, rt, ns, name, &q);
             }
             (Some(ns), Some(name), Some(sub @ ("exec" | "portforward")))
                 if matches!(method, Method::GET | Method::POST) =>
             {
                 return crate::runtime::stream::serve(
                     &cl,
+                    rt,
                     crate::runtime::stream::StreamRequest {
                         namespace: ns.to_string(),
                         name: name.to_string(),

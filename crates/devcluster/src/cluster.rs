@@ -35,7 +35,7 @@ pub struct Options {
     pub clock: crate::clock::Clock,
     /// The process runtime's rules (`--run IMAGE=EXECUTABLE`): containers of matching images run
     /// as local processes (see `runtime`); others stay simulated.
-    pub run: Vec<crate::runtime::RunRule>,
+    pub run: Vec<crate::image::RunRule>,
     /// The first crash-loop back-off of the process runtime (doubling to 30×: 10s to 5m by
     /// default); tests shorten it.
     pub crash_backoff: Duration,
@@ -75,9 +75,7 @@ pub struct Cluster {
     /// The last ClusterIP handed out, to allocate the next one.
     pub(crate) ip_alloc: Mutex<()>,
     /// Indexes of the stored objects the controllers look things up in.
-    pub(crate) index: Mutex<crate::controllers::index::Indexes>,
-    /// The process runtime (pods of `--run` images).
-    pub runtime: crate::runtime::Runtime,
+    pub(crate) index: Mutex<crate::index::Indexes>,
 }
 
 impl Cluster {
@@ -88,8 +86,6 @@ impl Cluster {
             None => Credentials::generate()?,
         };
         let faults = RwLock::new(options.faults.clone());
-        let runtime =
-            crate::runtime::Runtime::new(options.run.clone(), options.crash_backoff, options.data_dir.clone());
         Ok(Cluster {
             registry: Registry::with_builtins(),
             store,
@@ -100,7 +96,6 @@ impl Cluster {
             kick: Notify::new(),
             ip_alloc: Mutex::new(()),
             index: Mutex::new(Default::default()),
-            runtime,
         })
     }
 
@@ -115,7 +110,7 @@ impl Cluster {
         self.kick.notify_one();
     }
 
-    pub(crate) fn index(&self) -> std::sync::MutexGuard<'_, crate::controllers::index::Indexes> {
+    pub(crate) fn index(&self) -> std::sync::MutexGuard<'_, crate::index::Indexes> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 

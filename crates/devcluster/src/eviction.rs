@@ -34,7 +34,7 @@
 
 use crate::auth::rbac::UserInfo;
 use crate::cluster::Cluster;
-use crate::controllers::conditions::{self, Style};
+use crate::conditions::{self, Style};
 use crate::controllers::disruption;
 use crate::errors::{ApiError, ApiResult, Cause, Details};
 use crate::meta;
@@ -248,7 +248,7 @@ fn evict(cl: &Cluster, pods: &ResourceDef, ns: &str, name: &str, original: Delet
     let mut pin_to_read = false;
     if let Some(pdb) = budgets.first() {
         let status = |f: &str| pdb.pointer(&format!("/status/{f}")).and_then(Value::as_i64).unwrap_or(0);
-        let unhealthy = !crate::controllers::replicaset::pod_ready(&pod);
+        let unhealthy = !crate::conditions::pod_ready(&pod);
         let always_allow =
             pdb.pointer("/spec/unhealthyPodEvictionPolicy").and_then(Value::as_str) == Some("AlwaysAllow");
         if unhealthy

@@ -35,12 +35,7 @@ pub fn before_write(cl: &Cluster, def: &ResourceDef, obj: &mut Value, old: Optio
 /// After an object was stored (stored form).
 pub fn after_write(cl: &Cluster, def: &ResourceDef, stored: &Value, old: Option<&Value>) {
     cl.index().put(
-        &crate::controllers::Key::new(
-            &def.storage.group,
-            &def.storage.resource,
-            meta::namespace(stored),
-            meta::name(stored),
-        ),
+        &crate::index::Key::new(&def.storage.group, &def.storage.resource, meta::namespace(stored), meta::name(stored)),
         stored,
     );
     // A new namespace has its default ServiceAccount and root CA at once, so pods can be
@@ -61,12 +56,7 @@ pub fn after_write(cl: &Cluster, def: &ResourceDef, stored: &Value, old: Option<
 /// After an object was removed from the store.
 pub fn after_delete(cl: &Cluster, def: &ResourceDef, stored: &Value) {
     cl.index().remove(
-        &crate::controllers::Key::new(
-            &def.storage.group,
-            &def.storage.resource,
-            meta::namespace(stored),
-            meta::name(stored),
-        ),
+        &crate::index::Key::new(&def.storage.group, &def.storage.resource, meta::namespace(stored), meta::name(stored)),
         stored,
     );
     if is(def, "apiextensions.k8s.io", "customresourcedefinitions") {

@@ -61,6 +61,7 @@ pub mod protobuf;
 pub(crate) mod api;
 pub(crate) mod bootstrap;
 pub(crate) mod cluster;
+pub(crate) mod conditions;
 pub(crate) mod controllers;
 pub(crate) mod convert;
 pub(crate) mod crd;
@@ -70,6 +71,8 @@ pub(crate) mod eviction;
 pub(crate) mod field;
 pub(crate) mod golike;
 pub(crate) mod hooks;
+pub(crate) mod image;
+pub(crate) mod index;
 pub(crate) mod meta;
 pub(crate) mod openapi;
 pub(crate) mod patching;
@@ -93,6 +96,7 @@ use std::thread::JoinHandle;
 /// instance) without stalling it. Dropping the handle shuts it down.
 pub struct DevCluster {
     cluster: Arc<Cluster>,
+    runtime: Arc<runtime::Runtime>,
     addr: SocketAddr,
     url: String,
     kubeconfig: String,
@@ -134,7 +138,7 @@ impl DevCluster {
             };
             rt.block_on(run(options, ready_tx, stop_rx));
         })?;
-        let (cluster, addr) = match ready_rx.await {
+        let (cluster, runtime, addr) = match ready_rx.await {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -150,7 +154,7 @@ impl DevCluster {
         let kubeconfig_dir = tempfile::tempdir()?;
         std::fs::write(kubeconfig_dir.path().join("kubeconfig"), &kubeconfig)?;
         let client = client_for(&kubeconfig).await?;
-        Ok(DevCluster { cluster, addr, url, kubeconfig, kubeconfig_dir, client, stop, thread: Some(thread) })
+        Ok(DevCluster { cluster, runtime, addr, url, kubeconfig, kubeconfig_dir, client, stop, thread: Some(thread) })
     }
 
     /// A ready client authenticated as the admin user, default namespace `default`.
@@ -208,13 +212,13 @@ impl DevCluster {
 
     /// The process runtime's rules in force (see `runtime`).
     pub fn run_rules(&self) -> Vec<runtime::RunRule> {
-        self.cluster.runtime.rules()
+        self.runtime.rules()
     }
 
     /// Replace the process runtime's rules: pods created from now on whose images match run as
     /// processes (pods already running or simulated stay as they are).
     pub fn set_run_rules(&self, rules: Vec<runtime::RunRule>) {
-        self.cluster.runtime.set_rules(rules);
+        self.runtime.set_rules(rules);
     }
 
     /// Change a node's addresses at run time (as a cloud provider would), e.g.
@@ -262,7 +266,7 @@ pub async fn client_for(kubeconfig_yaml: &str) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-type Ready = anyhow::Result<(Arc<Cluster>, SocketAddr)>;
+type Ready = anyhow::Result<(Arc<Cluster>, Arc<runtime::Runtime>, SocketAddr)>;
 
 /// Bind, bootstrap, signal readiness, serve until stopped.
 pub async fn run(
@@ -273,25 +277,27 @@ pub async fn run(
     let setup = async {
         let listener = tokio::net::TcpListener::bind(options.listen).await?;
         let addr = listener.local_addr()?;
+        let runtime =
+            Arc::new(runtime::Runtime::new(options.run.clone(), options.crash_backoff, options.data_dir.clone()));
         let cluster = Arc::new(Cluster::new(options)?);
-        cluster.runtime.attach(&cluster);
+        runtime.attach(&cluster);
         let _ = cluster.server_url.set(format!("https://{addr}"));
         let tls = cluster.creds.server_config(&[addr.ip()])?;
         bootstrap::run(&cluster);
-        controllers::settle(&cluster);
-        anyhow::Ok((cluster, addr, listener, tls))
+        controllers::settle(&cluster, &runtime);
+        anyhow::Ok((cluster, runtime, addr, listener, tls))
     };
     match setup.await {
         Err(e) => {
             let _ = ready.send(Err(e));
         }
-        Ok((cluster, addr, listener, tls)) => {
-            let ctl = tokio::spawn(controllers::run(cluster.clone(), stop.clone()));
-            let _ = ready.send(Ok((cluster.clone(), addr)));
-            server::serve(cluster.clone(), listener, tls, stop).await;
+        Ok((cluster, runtime, addr, listener, tls)) => {
+            let ctl = tokio::spawn(controllers::run(cluster.clone(), runtime.clone(), stop.clone()));
+            let _ = ready.send(Ok((cluster.clone(), runtime.clone(), addr)));
+            server::serve(cluster.clone(), runtime.clone(), listener, tls, stop).await;
             ctl.abort();
             // No process outlives the cluster: SIGTERM, a second to go, then SIGKILL.
-            cluster.runtime.shutdown(std::time::Duration::from_secs(1));
+            runtime.shutdown(std::time::Duration::from_secs(1));
         }
     }
 }

@@ -254,7 +254,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(devcluster::run(options, ready_tx, stop_rx));
-        let (cluster, addr) = match ready_rx.await {
+        let (cluster, _runtime, addr) = match ready_rx.await {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => return Err(e.context(format!("devcluster could not start on {}", args.listen))),
             Err(_) => anyhow::bail!("devcluster stopped before it was ready"),

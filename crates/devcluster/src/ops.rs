@@ -778,16 +778,8 @@ pub fn bind(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, node: &str) -
             spec.insert("nodeName".into(), node.into());
         }
         let now = meta::now();
-        let mut conds = crate::controllers::conditions::of(next.get("status"));
-        crate::controllers::conditions::set(
-            &mut conds,
-            crate::controllers::conditions::Style::Pod,
-            "PodScheduled",
-            "True",
-            "",
-            "",
-            &now,
-        );
+        let mut conds = crate::conditions::of(next.get("status"));
+        crate::conditions::set(&mut conds, crate::conditions::Style::Pod, "PodScheduled", "True", "", "", &now);
         if let Some(m) = next.as_object_mut() {
             let status = m.entry("status").or_insert_with(|| json!({}));
             if let Some(sm) = status.as_object_mut() {

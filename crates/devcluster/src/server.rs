@@ -2,6 +2,7 @@
 //! request to `api::handle`. Shutdown closes the listener and every open connection.
 
 use crate::cluster::Cluster;
+use crate::runtime::Runtime;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
@@ -19,6 +20,7 @@ pub struct PeerCertificate(pub Arc<Vec<u8>>);
 /// Serve until `stop` turns true.
 pub async fn serve(
     cl: Arc<Cluster>,
+    rt: Arc<Runtime>,
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     mut stop: watch::Receiver<bool>,
@@ -33,6 +35,7 @@ pub async fn serve(
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let cl = cl.clone();
+                let rt = rt.clone();
                 conns.spawn(async move {
                     let tls = match acceptor.accept(tcp).await {
                         Ok(s) => s,
@@ -53,7 +56,7 @@ pub async fn serve(
                         if let Some(cert) = &peer_cert {
                             req.extensions_mut().insert(cert.clone());
                         }
-                        crate::api::handle(cl.clone(), req)
+                        crate::api::handle(cl.clone(), rt.clone(), req)
                     });
                     let builder = Builder::new(TokioExecutor::new());
                     if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {

@@ -31,7 +31,7 @@ fn csrs() -> GroupResource {
 }
 
 fn has(csr: &Value, t: &str) -> bool {
-    super::conditions::of(csr.get("status")).iter().any(|c| {
+    crate::conditions::of(csr.get("status")).iter().any(|c| {
         c.get("type").and_then(Value::as_str) == Some(t) && c.get("status").and_then(Value::as_str) == Some("True")
     })
 }
@@ -87,7 +87,7 @@ impl Controller for CsrSigner {
                 status["certificate"] = base64::engine::general_purpose::STANDARD.encode(cert.as_bytes()).into();
             }
             Err(msg) => {
-                let mut conds = super::conditions::of(Some(&status));
+                let mut conds = crate::conditions::of(Some(&status));
                 conds.push(json!({"type": "Failed", "status": "True", "reason": "SignerValidationFailure",
                     "message": format!("Validation failed: {msg}"), "lastUpdateTime": now, "lastTransitionTime": now}));
                 status["conditions"] = Value::Array(conds);

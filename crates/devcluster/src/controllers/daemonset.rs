@@ -26,10 +26,11 @@
 //! pod (anti-)affinity are ignored.
 
 use super::deployment::{resolve, template_hash};
-use super::replicaset::{event, owned_pods, pod_from_template, pod_ready};
+use super::replicaset::{event, owned_pods, pod_from_template};
 use super::statefulset::ensure_revision;
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
+use crate::conditions::pod_ready;
 use crate::meta;
 use crate::ops::{self, WriteOpts};
 use crate::registry::GroupResource;
@@ -142,7 +143,7 @@ fn daemon_tolerations(spec: &Value) -> Vec<Value> {
 /// evicts).
 fn should_run(ds: &Value, node: &Value) -> (bool, bool) {
     let spec = ds.pointer("/spec/template/spec").cloned().unwrap_or_default();
-    let ready = super::conditions::is_true(&super::conditions::of(node.get("status")), "Ready");
+    let ready = crate::conditions::is_true(&crate::conditions::of(node.get("status")), "Ready");
     let mut tolerations = spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
     tolerations.extend(daemon_tolerations(&spec));
     let taints = node.pointer("/spec/taints").and_then(Value::as_array).cloned().unwrap_or_default();

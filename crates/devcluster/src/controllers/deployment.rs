@@ -5,10 +5,10 @@
 //! real reasons (MinimumReplicasAvailable, NewReplicaSetCreated, ReplicaSetUpdated,
 //! NewReplicaSetAvailable, ProgressDeadlineExceeded, FailedCreate).
 
-use super::conditions::{self, Style};
 use super::replicaset::event;
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
+use crate::conditions::{self, Style};
 use crate::faults::{self, Fault};
 use crate::meta;
 use crate::ops::{self, WriteOpts};

@@ -122,8 +122,8 @@ fn set_condition(status: &mut Map<String, Value>, st: &str, reason: &str, messag
 /// `pdbhelper.ConditionsAreUpToDate`.
 fn conditions_up_to_date(pdb: &Value) -> bool {
     let status = pdb.get("status");
-    let conds = super::conditions::of(status);
-    let Some(c) = super::conditions::find(&conds, "DisruptionAllowed") else { return false };
+    let conds = crate::conditions::of(status);
+    let Some(c) = crate::conditions::find(&conds, "DisruptionAllowed") else { return false };
     if int(status.and_then(|s| s.get("observedGeneration"))) != int(pdb.pointer("/metadata/generation")) {
         return false;
     }
@@ -331,7 +331,7 @@ fn try_sync(cl: &Cluster, pdb: &Value) -> Result<Option<Duration>, String> {
                 .and_then(super::unix)
                 .is_none_or(|t| t + DELETION_TIMEOUT_SECS <= now)
         })
-        .filter(|p| super::replicaset::pod_ready(p))
+        .filter(|p| crate::conditions::pod_ready(p))
         .count() as i64;
     // updatePdbStatus
     let mut allowed = healthy - desired;

@@ -48,7 +48,7 @@ fn sync_service(cl: &Cluster, svc: &Value) {
     for p in &pods {
         let ip = p.pointer("/status/podIP").and_then(Value::as_str).unwrap_or("");
         let node = p.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
-        let is_ready = super::replicaset::pod_ready(p) && !meta::is_deleting(p);
+        let is_ready = crate::conditions::pod_ready(p) && !meta::is_deleting(p);
         let addr = json!({"ip": ip, "nodeName": node, "targetRef": target_ref(p)});
         if is_ready {
             ready.push(addr)

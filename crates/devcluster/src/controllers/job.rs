@@ -33,9 +33,10 @@
 //! success). Times (`startTime`, `completionTime`, deadlines, TTLs) use the cluster's
 //! [`crate::clock::Clock`].
 
-use super::replicaset::{event, owned_pods, pod_from_template, pod_ready};
+use super::replicaset::{event, owned_pods, pod_from_template};
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
+use crate::conditions::pod_ready;
 use crate::meta;
 use crate::ops::{self, DeleteOpts, WriteOpts};
 use crate::registry::GroupResource;
@@ -82,8 +83,8 @@ fn owner_job(p: &Value) -> Option<(&str, &str)> {
 
 /// A Job's terminal condition (`Complete` or `Failed`) is True.
 pub fn finished(job: &Value) -> Option<&'static str> {
-    let conds = super::conditions::of(job.get("status"));
-    ["Complete", "Failed"].into_iter().find(|t| super::conditions::is_true(&conds, t))
+    let conds = crate::conditions::of(job.get("status"));
+    ["Complete", "Failed"].into_iter().find(|t| crate::conditions::is_true(&conds, t))
 }
 
 /// Set a Job condition (`type, status, lastProbeTime, lastTransitionTime, reason, message`;
@@ -352,7 +353,7 @@ impl JobController {
         let indexed = spec.get("completionMode").and_then(Value::as_str) == Some("Indexed");
         let on_failure = spec.pointer("/template/spec/restartPolicy").and_then(Value::as_str) == Some("OnFailure");
         let old = job.get("status").cloned().unwrap_or_else(|| json!({}));
-        let mut conds = super::conditions::of(Some(&old));
+        let mut conds = crate::conditions::of(Some(&old));
 
         // Uncounted pods whose finalizer is gone are counted now.
         let by_uid: HashMap<&str, &Arc<Value>> = pods.iter().map(|p| (meta::uid(p), p)).collect();
@@ -402,7 +403,7 @@ impl JobController {
         let mut at_most = |d: Duration| requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
 
         // Suspension.
-        let was_suspended = super::conditions::is_true(&conds, "Suspended");
+        let was_suspended = crate::conditions::is_true(&conds, "Suspended");
         if suspend {
             if !was_suspended {
                 set_condition(&mut conds, "Suspended", "True", "JobSuspended", "Job suspended", &now);
@@ -421,15 +422,15 @@ impl JobController {
         }
 
         // The outcome, once known, is kept (1.31+: SuccessCriteriaMet / FailureTarget first).
-        let mut failure = super::conditions::find(&conds, "FailureTarget")
-            .filter(|_| super::conditions::is_true(&conds, "FailureTarget"))
+        let mut failure = crate::conditions::find(&conds, "FailureTarget")
+            .filter(|_| crate::conditions::is_true(&conds, "FailureTarget"))
             .map(|c| {
                 (
                     c.get("reason").and_then(Value::as_str).unwrap_or("").to_string(),
                     c.get("message").and_then(Value::as_str).unwrap_or("").to_string(),
                 )
             });
-        let mut success = super::conditions::is_true(&conds, "SuccessCriteriaMet");
+        let mut success = crate::conditions::is_true(&conds, "SuccessCriteriaMet");
         if failure.is_none() && !success && !suspend {
             if failures > backoff_limit {
                 failure = Some((
@@ -663,12 +664,12 @@ impl Controller for JobController {
 fn expires_at(job: &Value) -> Option<i64> {
     let ttl = job.pointer("/spec/ttlSecondsAfterFinished").and_then(Value::as_i64)?;
     let kind = finished(job)?;
-    let conds = super::conditions::of(job.get("status"));
+    let conds = crate::conditions::of(job.get("status"));
     let done = job
         .pointer("/status/completionTime")
         .and_then(Value::as_str)
         .filter(|_| kind == "Complete")
-        .or_else(|| super::conditions::find(&conds, kind)?.get("lastTransitionTime")?.as_str())
+        .or_else(|| crate::conditions::find(&conds, kind)?.get("lastTransitionTime")?.as_str())
         .and_then(super::unix)?;
     Some(done + ttl)
 }

@@ -4,65 +4,30 @@
 //! back-off, crash loop with exit code and growing restart count, never ready). A deleted pod is
 //! removed once its (simulated) containers stopped.
 
-use super::conditions::{self, Style};
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
+use crate::conditions::{self, Style};
 use crate::faults::{self, Fault};
+use crate::image::{container_id, image_and_id};
 use crate::meta;
 use crate::ops::{self, DeleteOpts, WriteOpts};
 use crate::registry::GroupResource;
+use crate::runtime::Runtime;
 use crate::store::Change;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 const MANAGER: &str = "kubelet";
 
-pub struct Kubelet;
+pub struct Kubelet {
+    /// Where pods of `--run` images run (`crate::runtime`).
+    pub runtime: Arc<Runtime>,
+}
 
 fn pods() -> GroupResource {
     GroupResource::new("", "pods")
-}
-
-fn hex_sha256(data: &str) -> String {
-    let d = ring::digest::digest(&ring::digest::SHA256, data.as_bytes());
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// `nginx:1.27` -> (`docker.io/library/nginx`, `:1.27` or `@sha256:...` suffix), as container
-/// runtimes normalize image references.
-pub fn normalize_image(image: &str) -> (String, String) {
-    let (name, suffix) = match image.find('@') {
-        Some(i) => (&image[..i], image[i..].to_string()),
-        None => {
-            let last_slash = image.rfind('/').map_or(0, |i| i + 1);
-            match image[last_slash..].find(':') {
-                Some(c) => (&image[..last_slash + c], image[last_slash + c..].to_string()),
-                None => (image, ":latest".to_string()),
-            }
-        }
-    };
-    let first = name.split('/').next().unwrap_or("");
-    let has_registry = name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
-    let full = if has_registry {
-        name.to_string()
-    } else if name.contains('/') {
-        format!("docker.io/{name}")
-    } else {
-        format!("docker.io/library/{name}")
-    };
-    (full, suffix)
-}
-
-/// The image and imageID a runtime reports for a container image.
-pub fn image_and_id(image: &str) -> (String, String) {
-    let (repo, suffix) = normalize_image(image);
-    let id = if let Some(digest) = suffix.strip_prefix('@') {
-        format!("{repo}@{digest}")
-    } else {
-        format!("{repo}@sha256:{}", hex_sha256(image))
-    };
-    (format!("{repo}{suffix}"), id)
 }
 
 /// Nodes a pod can go to: Ready and schedulable.
@@ -180,10 +145,6 @@ fn crash_restarts(elapsed: i64) -> (i64, i64) {
 struct Computed {
     status: Value,
     requeue: Option<Duration>,
-}
-
-fn container_id(pod_uid: &str, name: &str, restarts: i64) -> String {
-    format!("containerd://{}", hex_sha256(&format!("{pod_uid}/{name}/{restarts}")))
 }
 
 /// The status a kubelet would report now.
@@ -385,11 +346,11 @@ impl Controller for Kubelet {
 
     fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration> {
         let Some(pod) = super::get(cl, key) else {
-            cl.runtime.gone(&key.namespace, &key.name);
+            self.runtime.gone(&key.namespace, &key.name);
             return None;
         };
-        if cl.runtime.runs(&pod) {
-            return reconcile_runtime_pod(cl, &pod);
+        if self.runtime.runs(&pod) {
+            return reconcile_runtime_pod(cl, &self.runtime, &pod);
         }
         let pdef = def(cl, "", "pods")?;
         if meta::is_deleting(&pod) {
@@ -421,13 +382,13 @@ impl Controller for Kubelet {
 /// A pod with a container of a `--run` image: scheduled as any pod, then run (and its status
 /// written) by the process runtime (`crate::runtime`), which also ends its processes and removes
 /// it when it is deleted. A deleted pod the runtime does not run goes at once.
-fn reconcile_runtime_pod(cl: &Cluster, pod: &Value) -> Option<Duration> {
+fn reconcile_runtime_pod(cl: &Cluster, rt: &Arc<Runtime>, pod: &Value) -> Option<Duration> {
     let scheduled = pod.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
     if !scheduled && !meta::is_deleting(pod) {
         schedule(cl, pod);
         return None;
     }
-    if (!scheduled || !cl.runtime.sync(pod))
+    if (!scheduled || !rt.sync(pod))
         && meta::is_deleting(pod)
         && let Some(pdef) = def(cl, "", "pods")
     {
@@ -584,22 +545,6 @@ fn run_to_completion(cl: &Cluster, pod: &Value, computed: &mut Computed) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn images_normalize_like_container_runtimes() {
-        assert_eq!(normalize_image("nginx:1.27"), ("docker.io/library/nginx".into(), ":1.27".into()));
-        assert_eq!(normalize_image("nginx"), ("docker.io/library/nginx".into(), ":latest".into()));
-        assert_eq!(normalize_image("ghcr.io/a/b:v1"), ("ghcr.io/a/b".into(), ":v1".into()));
-        assert_eq!(normalize_image("team/app:v1"), ("docker.io/team/app".into(), ":v1".into()));
-        assert_eq!(normalize_image("localhost:5000/app"), ("localhost:5000/app".into(), ":latest".into()));
-        let (img, id) = image_and_id("ghcr.io/a/b@sha256:abc");
-        assert_eq!((img.as_str(), id.as_str()), ("ghcr.io/a/b@sha256:abc", "ghcr.io/a/b@sha256:abc"));
-        let (_, id) = image_and_id("nginx:1.27");
-        assert!(
-            id.starts_with("docker.io/library/nginx@sha256:")
-                && id.len() == "docker.io/library/nginx@sha256:".len() + 64
-        );
-    }
 
     #[test]
     fn crash_loop_backoff_doubles_to_five_minutes() {

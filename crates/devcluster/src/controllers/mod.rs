@@ -9,7 +9,6 @@
 
 pub mod apiservice;
 pub mod componentstatus;
-pub mod conditions;
 pub mod crds;
 pub mod cronjob;
 pub mod csr;
@@ -18,7 +17,6 @@ pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod gc;
-pub mod index;
 pub mod job;
 pub mod kubelet;
 pub mod namespace;
@@ -28,7 +26,9 @@ pub mod replicationcontroller;
 pub mod statefulset;
 
 use crate::cluster::Cluster;
+pub(crate) use crate::index::Key;
 use crate::registry::GroupResource;
+use crate::runtime::Runtime;
 use crate::store::{Change, StoreError};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -36,25 +36,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// An object a controller reconciles: storage group-resource, namespace ("" for cluster
-/// scope), name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key {
-    pub gr: GroupResource,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl Key {
-    pub fn new(group: &str, resource: &str, namespace: &str, name: &str) -> Key {
-        Key { gr: GroupResource::new(group, resource), namespace: namespace.to_string(), name: name.to_string() }
-    }
-
-    pub fn of(change: &Change) -> Key {
-        Key { gr: change.gr.clone(), namespace: change.namespace.clone(), name: change.name.clone() }
-    }
-}
 
 /// One controller.
 pub trait Controller: Send + Sync {
@@ -66,8 +47,9 @@ pub trait Controller: Send + Sync {
     fn reconcile(&self, cl: &Cluster, key: &Key) -> Option<Duration>;
 }
 
-/// The controllers every devcluster runs.
-pub fn all() -> Vec<Box<dyn Controller>> {
+/// The controllers every devcluster runs; the kubelet starts pods of `--run` images on the
+/// process runtime `rt`.
+pub fn all(rt: &Arc<Runtime>) -> Vec<Box<dyn Controller>> {
     vec![
         Box::new(namespace::NamespaceController),
         Box::new(crds::CrdCleanup),
@@ -85,7 +67,7 @@ pub fn all() -> Vec<Box<dyn Controller>> {
         Box::new(job::TtlAfterFinished),
         Box::new(cronjob::CronJobController),
         Box::new(csr::CsrSigner),
-        Box::new(kubelet::Kubelet),
+        Box::new(kubelet::Kubelet { runtime: rt.clone() }),
         Box::new(endpoints::EndpointsController),
         Box::new(quota::QuotaController),
     ]
@@ -100,7 +82,7 @@ struct Runner {
 
 impl Runner {
     fn resync(&mut self) {
-        self.cl.index().rebuild(&self.cl);
+        self.cl.index().rebuild(&self.cl.registry, &self.cl.store);
         let mut keys = vec![];
         for (i, c) in self.ctrls.iter().enumerate() {
             keys.clear();
@@ -146,10 +128,10 @@ impl Runner {
 }
 
 /// Run the controllers until `stop` turns true.
-pub async fn run(cl: Arc<Cluster>, mut stop: watch::Receiver<bool>) {
+pub async fn run(cl: Arc<Cluster>, rt: Arc<Runtime>, mut stop: watch::Receiver<bool>) {
     let mut notify = cl.store.subscribe();
     let mut cursor = cl.store.current_rv();
-    let mut r = Runner { cl: cl.clone(), ctrls: all(), queue: BTreeSet::new(), timers: BinaryHeap::new() };
+    let mut r = Runner { cl: cl.clone(), ctrls: all(&rt), queue: BTreeSet::new(), timers: BinaryHeap::new() };
     r.resync();
     loop {
         match cl.store.changes_since(cursor, 4096) {
@@ -186,8 +168,8 @@ pub async fn run(cl: Arc<Cluster>, mut stop: watch::Receiver<bool>) {
 
 /// Run every controller over everything once, synchronously, until nothing more changes (used
 /// at start, so a new cluster is complete when `DevCluster::start` returns).
-pub fn settle(cl: &Arc<Cluster>) {
-    let mut r = Runner { cl: cl.clone(), ctrls: all(), queue: BTreeSet::new(), timers: BinaryHeap::new() };
+pub fn settle(cl: &Arc<Cluster>, rt: &Arc<Runtime>) {
+    let mut r = Runner { cl: cl.clone(), ctrls: all(rt), queue: BTreeSet::new(), timers: BinaryHeap::new() };
     let mut cursor = cl.store.current_rv();
     r.resync();
     for _ in 0..16 {

@@ -3,9 +3,9 @@
 //! content deleted, waiting on finalizers, with the real deletion conditions in its status, and
 //! goes away once empty (the namespace controller).
 
-use super::conditions::{self, Style};
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
+use crate::conditions::{self, Style};
 use crate::meta;
 use crate::ops::{self, DeleteOpts, WriteOpts};
 use crate::store::{Change, EventType};

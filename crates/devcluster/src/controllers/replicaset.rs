@@ -4,9 +4,9 @@
 //! available counts; say why pods cannot be created (`ReplicaFailure`, reason `FailedCreate`,
 //! with the API's refusal as the message, and a `FailedCreate` event).
 
-use super::conditions::{self, Style};
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
+use crate::conditions::{self, Style, pod_ready};
 use crate::meta;
 use crate::ops::{self, WriteOpts};
 use crate::store::{Change, EventType};
@@ -26,10 +26,6 @@ pub(crate) struct Replicated {
 
 const REPLICA_SETS: Replicated =
     Replicated { group: "apps", resource: "replicasets", kind: "ReplicaSet", manager: "replicaset-controller" };
-
-pub(crate) fn pod_ready(pod: &Value) -> bool {
-    conditions::is_true(&conditions::of(pod.get("status")), "Ready")
-}
 
 fn active(pod: &Value) -> bool {
     !meta::is_deleting(pod)

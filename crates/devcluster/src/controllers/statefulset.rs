@@ -6,9 +6,10 @@
 //! pending PVC to Bound, as a provisioner would.
 
 use super::deployment::template_hash;
-use super::replicaset::{pod_from_template, pod_ready};
+use super::replicaset::pod_from_template;
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
+use crate::conditions::pod_ready;
 use crate::meta;
 use crate::ops::{self, WriteOpts};
 use crate::store::{Change, EventType};

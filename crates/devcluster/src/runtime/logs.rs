@@ -148,7 +148,7 @@ pub fn simulated(name: &str) -> ApiError {
 }
 
 /// `GET .../pods/NAME/log`.
-pub fn serve(cl: &Cluster, ns: &str, name: &str, q: &Query) -> ApiResult<Response<Body>> {
+pub fn serve(cl: &Cluster, rt: &super::Runtime, ns: &str, name: &str, q: &Query) -> ApiResult<Response<Body>> {
     let pod = cl
         .store
         .get(&crate::registry::GroupResource::new("", "pods"), ns, name)
@@ -185,7 +185,7 @@ pub fn serve(cl: &Cluster, ns: &str, name: &str, q: &Query) -> ApiResult<Respons
         return Err(ApiError::invalid("", "PodLogOptions", name, &errs));
     }
     let container = worker::pick_container(&pod, q.get("container")).map_err(ApiError::bad_request)?;
-    let Some(run) = cl.runtime.pod(ns, name).filter(|r| r.uid == crate::meta::uid(&pod)) else {
+    let Some(run) = rt.pod(ns, name).filter(|r| r.uid == crate::meta::uid(&pod)) else {
         if pod.pointer("/spec/nodeName").and_then(Value::as_str).is_none_or(str::is_empty) {
             return Err(ApiError::bad_request(format!(
                 "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"

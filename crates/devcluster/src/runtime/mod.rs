@@ -62,65 +62,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
+pub use crate::image::{RunRule, find};
 pub use worker::PodRun;
-
-/// `IMAGE=EXECUTABLE`: containers of IMAGE (a prefix when it ends in `*`) run EXECUTABLE.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunRule {
-    pub image: String,
-    pub executable: PathBuf,
-}
-
-impl RunRule {
-    pub fn new(image: impl Into<String>, executable: impl Into<PathBuf>) -> RunRule {
-        RunRule { image: image.into(), executable: executable.into() }
-    }
-
-    fn matches_one(&self, image: &str) -> bool {
-        match self.image.strip_suffix('*') {
-            Some(prefix) => image.starts_with(prefix),
-            None => image == self.image,
-        }
-    }
-
-    /// Whether the rule matches an image as written or in its normalized form
-    /// (`nginx` -> `docker.io/library/nginx:latest`).
-    pub fn matches(&self, image: &str) -> bool {
-        self.matches_one(image) || self.matches_one(&crate::controllers::kubelet::image_and_id(image).0)
-    }
-}
-
-impl fmt::Display for RunRule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={}", self.image, self.executable.display())
-    }
-}
-
-impl FromStr for RunRule {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (image, exe) = s.split_once('=').ok_or_else(|| {
-            format!("run rule {s:?}: expected IMAGE=EXECUTABLE, e.g. example.com/app:*=/usr/local/bin/app")
-        })?;
-        if image.is_empty() {
-            return Err(format!("run rule {s:?}: the image pattern is empty"));
-        }
-        if exe.is_empty() {
-            return Err(format!("run rule {s:?}: the executable is empty"));
-        }
-        Ok(RunRule::new(image, exe))
-    }
-}
-
-/// The executable of the first rule matching an image.
-pub fn find(rules: &[RunRule], image: &str) -> Option<PathBuf> {
-    rules.iter().find(|r| r.matches(image)).map(|r| r.executable.clone())
-}
 
 /// The runtime of one cluster: its rules and the pods it runs.
 pub struct Runtime {
@@ -173,7 +119,9 @@ impl Runtime {
         }
     }
 
-    /// Give the runtime its cluster (the workers write pod statuses through it).
+    /// Give the runtime its cluster (the workers write pod statuses through it). The cluster
+    /// does not hold the runtime: its clients do (the simulated kubelet starts pods here, the
+    /// API front serves their logs, exec and port-forward, `DevCluster` its rules).
     pub fn attach(&self, cl: &Arc<Cluster>) {
         let _ = self.cluster.set(Arc::downgrade(cl));
     }
@@ -255,7 +203,7 @@ impl Runtime {
     /// The kubelet's sync of a bound runtime pod: start its worker, or tell the running worker
     /// to look again (a deletion, a change). Returns false when no worker runs it and the pod is
     /// being deleted (the caller removes it at once).
-    pub fn sync(&self, pod: &Value) -> bool {
+    pub fn sync(self: &Arc<Self>, pod: &Value) -> bool {
         if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
             return false;
         }
@@ -289,7 +237,7 @@ impl Runtime {
         let run = Arc::new(PodRun::new(&ns, &name, &uid, allocate_ip(), dir));
         pods.insert((ns, name), run.clone());
         drop(pods);
-        tokio::spawn(worker::run(cl, run));
+        tokio::spawn(worker::run(cl, self.clone(), run));
         true
     }
 
@@ -349,20 +297,6 @@ pub(crate) fn join_inside(base: &Path, rel: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rules_parse_and_match_written_and_normalized_images() {
-        let r: RunRule = "example.com/app*=/bin/app".parse().unwrap();
-        assert!(r.matches("example.com/app:v1"));
-        assert!(!r.matches("example.org/app:v1"));
-        let n: RunRule = "docker.io/library/busybox:latest=/bin/true".parse().unwrap();
-        assert!(n.matches("busybox"));
-        assert!(!n.matches("busybox:1.36"));
-        assert!("=x".parse::<RunRule>().is_err());
-        assert!("img".parse::<RunRule>().is_err());
-        assert!("img=".parse::<RunRule>().is_err());
-        assert_eq!(find(&[r, n], "busybox"), Some(PathBuf::from("/bin/true")));
-    }
 
     #[test]
     fn pod_ips_are_loopback_unique_and_not_localhost() {

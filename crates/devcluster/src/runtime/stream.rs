@@ -337,7 +337,7 @@ fn is_websocket(headers: &HeaderMap) -> bool {
 }
 
 /// `pods/exec` and `pods/portforward`: checks, then the WebSocket upgrade.
-pub fn serve(cl: &Cluster, req: StreamRequest) -> ApiResult<Response<Body>> {
+pub fn serve(cl: &Cluster, rt: &super::Runtime, req: StreamRequest) -> ApiResult<Response<Body>> {
     let pod = cl
         .store
         .get(&crate::registry::GroupResource::new("", "pods"), &req.namespace, &req.name)
@@ -356,7 +356,7 @@ pub fn serve(cl: &Cluster, req: StreamRequest) -> ApiResult<Response<Body>> {
     } else {
         None
     };
-    let Some(run) = cl.runtime.pod(&req.namespace, &req.name).filter(|r| r.uid == crate::meta::uid(&pod)) else {
+    let Some(run) = rt.pod(&req.namespace, &req.name).filter(|r| r.uid == crate::meta::uid(&pod)) else {
         return Err(super::logs::simulated(&name));
     };
     if let Some(c) = &container

@@ -7,9 +7,10 @@
 
 use super::logs::LogFile;
 use super::spec::{self, Launch};
-use super::{process, volumes};
+use super::{Runtime, process, volumes};
 use crate::cluster::Cluster;
-use crate::controllers::conditions::{self, Style};
+use crate::conditions::{self, Style};
+use crate::image::container_id;
 use crate::meta;
 use serde_json::{Map, Value, json};
 use std::net::Ipv4Addr;
@@ -139,11 +140,6 @@ fn now() -> String {
     meta::now()
 }
 
-fn hex(data: &str) -> String {
-    let d = ring::digest::digest(&ring::digest::SHA256, data.as_bytes());
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Record an event about the pod as the kubelet's recorder does (repeats counted).
 pub(crate) fn event(cl: &Cluster, run: &PodRun, type_: &str, reason: &str, message: &str) {
     if let Some(pod) = current(cl, run) {
@@ -160,9 +156,9 @@ fn current(cl: &Cluster, run: &PodRun) -> Option<Arc<Value>> {
 
 /// Run a pod until it is deleted (or, for a pod that completes, until it is deleted too: its
 /// logs stay readable meanwhile).
-pub async fn run(cl: Arc<Cluster>, run: Arc<PodRun>) {
+pub async fn run(cl: Arc<Cluster>, rt: Arc<Runtime>, run: Arc<PodRun>) {
     let Some(pod) = current(&cl, &run) else {
-        finish(&cl, &run, false);
+        finish(&cl, &rt, &run, false);
         return;
     };
     {
@@ -175,7 +171,7 @@ pub async fn run(cl: Arc<Cluster>, run: Arc<PodRun>) {
                 st.containers.push(ContainerState {
                     name: c.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
                     init,
-                    runs: cl.runtime.executable(&image).is_some(),
+                    runs: rt.executable(&image).is_some(),
                     image,
                     // Containers behind init containers wait `PodInitializing`, as the kubelet
                     // reports them (pkg/kubelet/kubelet_pods.go `convertToAPIContainerStatuses`).
@@ -229,7 +225,7 @@ pub async fn run(cl: Arc<Cluster>, run: Arc<PodRun>) {
         if run.stopping().is_some() {
             break;
         }
-        let ok = supervise(cl.clone(), run.clone(), spec_of(name, true), true, policy.clone()).await;
+        let ok = supervise(cl.clone(), rt.clone(), run.clone(), spec_of(name, true), true, policy.clone()).await;
         if !ok {
             failed = true;
             break;
@@ -243,7 +239,7 @@ pub async fn run(cl: Arc<Cluster>, run: Arc<PodRun>) {
         let names: Vec<String> = run.lock().containers.iter().filter(|c| !c.init).map(|c| c.name.clone()).collect();
         let mut tasks = tokio::task::JoinSet::new();
         for name in names {
-            tasks.spawn(supervise(cl.clone(), run.clone(), spec_of(&name, false), false, policy.clone()));
+            tasks.spawn(supervise(cl.clone(), rt.clone(), run.clone(), spec_of(&name, false), false, policy.clone()));
         }
         while tasks.join_next().await.is_some() {}
         if run.stopping().is_none() {
@@ -266,7 +262,7 @@ pub async fn run(cl: Arc<Cluster>, run: Arc<PodRun>) {
         }
     }
     watcher.abort();
-    finish(&cl, &run, true);
+    finish(&cl, &rt, &run, true);
 }
 
 /// Mount (or refresh) the pod's volumes, and write its kubeconfig once the token is there.
@@ -338,14 +334,21 @@ fn go_duration(d: Duration) -> String {
 
 /// Run one container under the restart policy until it ends for good (or the pod stops).
 /// Returns whether it ended well (exit 0; for init containers: may the pod go on).
-async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, mut spec: Value, init: bool, policy: String) -> bool {
+async fn supervise(
+    cl: Arc<Cluster>,
+    rt: Arc<Runtime>,
+    run: Arc<PodRun>,
+    mut spec: Value,
+    init: bool,
+    policy: String,
+) -> bool {
     let name = spec.get("name").and_then(Value::as_str).unwrap_or("").to_string();
     let mut image = spec.get("image").and_then(Value::as_str).unwrap_or("").to_string();
     let mut stop_rx = run.stop.subscribe();
-    let Some(mut exe) = cl.runtime.executable(&image) else {
+    let Some(mut exe) = rt.executable(&image) else {
         // An unmapped container in a runtime pod is simulated: it runs (or, for an init
         // container, completes) at once.
-        let cid = format!("containerd://{}", hex(&format!("{}/{name}/0", run.uid)));
+        let cid = container_id(&run.uid, &name, 0);
         run.with_container(&name, init, |c| {
             c.container_id = cid.clone();
             if init {
@@ -410,7 +413,7 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, mut spec: Value, init: bo
         };
         let instance = restarts;
         let log_path = run.dir.join("logs").join(&name).join(format!("{instance}.log"));
-        let cid = format!("containerd://{}", hex(&format!("{}/{name}/{instance}", run.uid)));
+        let cid = container_id(&run.uid, &name, instance);
         let log = match LogFile::create(&log_path) {
             Ok(l) => Arc::new(Mutex::new(l)),
             Err(e) => {
@@ -567,13 +570,13 @@ async fn supervise(cl: Arc<Cluster>, run: Arc<PodRun>, mut spec: Value, init: bo
             break;
         }
         restarts += 1;
-        let wait = if respec { Duration::ZERO } else { backoff(cl.runtime.backoff_base, restarts) };
+        let wait = if respec { Duration::ZERO } else { backoff(rt.backoff_base, restarts) };
         if respec
             && let Some(p) = current(&cl, &run)
             && let Some(new) = container_spec(&p, &name)
         {
             image = new.get("image").and_then(Value::as_str).unwrap_or("").to_string();
-            if let Some(e) = cl.runtime.executable(&image) {
+            if let Some(e) = rt.executable(&image) {
                 exe = e;
             }
             spec = new;
@@ -660,8 +663,8 @@ async fn terminate(pgid: i32, grace: Duration) {
 
 /// The pod's processes are gone: remove its files and the pod object (as the kubelet's final
 /// delete with grace 0 does), release its address.
-fn finish(cl: &Cluster, run: &PodRun, remove_object: bool) {
-    cl.runtime.remove(run);
+fn finish(cl: &Cluster, rt: &Arc<Runtime>, run: &PodRun, remove_object: bool) {
+    rt.remove(run);
     // Commands still exec'd into the pod end with it.
     for pgid in run.execs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         process::signal_group(*pgid, libc::SIGKILL);
@@ -683,9 +686,9 @@ fn finish(cl: &Cluster, run: &PodRun, remove_object: bool) {
     if let Some(next) = cl.store.get(&crate::registry::GroupResource::new("", "pods"), &run.namespace, &run.name)
         && meta::uid(&next) != run.uid
         && next.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty())
-        && cl.runtime.runs(&next)
+        && rt.runs(&next)
     {
-        cl.runtime.sync(&next);
+        rt.sync(&next);
     }
 }
 
@@ -699,7 +702,7 @@ fn status(run: &PodRun, pod: &Value) -> Value {
     let mut pending_init: Option<String> = None;
     let mut not_ready = vec![];
     for c in &st.containers {
-        let (img, image_id) = crate::controllers::kubelet::image_and_id(&c.image);
+        let (img, image_id) = crate::image::image_and_id(&c.image);
         let running_or_done =
             c.state.get("running").is_some() || c.state.get("terminated").is_some() || c.restart_count > 0;
         let mut s = Map::new();

@@ -1,12 +1,34 @@
-//! Indexes the controllers share, kept up to date from the change feed (as informers' indexers
-//! are): dependents by owner uid, objects by uid, pods and pod IPs by node, and controller
-//! events by what they say, so no reconcile scans a whole namespace.
+//! Indexes of the stored objects, which the controllers look things up in (as informers'
+//! indexers are): dependents by owner uid, objects by uid, pods and pod IPs by node, and
+//! events by what they say, so no reconcile scans a whole namespace. The write path keeps them
+//! current as each write is stored (`hooks::after_write`, `after_delete`); the controllers
+//! rebuild them from the store when they resync. They know objects only, not who reads them,
+//! so `Cluster` holds them without depending on the controllers.
 
-use super::Key;
 use crate::meta;
-use crate::registry::GroupResource;
+use crate::registry::{GroupResource, Registry};
+use crate::store::{Change, Store};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
+
+/// An object as the indexes name it and the controllers reconcile it: storage group-resource,
+/// namespace ("" for cluster scope), name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub gr: GroupResource,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(group: &str, resource: &str, namespace: &str, name: &str) -> Key {
+        Key { gr: GroupResource::new(group, resource), namespace: namespace.to_string(), name: name.to_string() }
+    }
+
+    pub fn of(change: &Change) -> Key {
+        Key { gr: change.gr.clone(), namespace: change.namespace.clone(), name: change.name.clone() }
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct Indexes {
@@ -111,14 +133,14 @@ impl Indexes {
     }
 
     /// Build everything again from the store.
-    pub fn rebuild(&mut self, cl: &crate::cluster::Cluster) {
+    pub fn rebuild(&mut self, registry: &Registry, store: &Store) {
         *self = Indexes::default();
         let mut seen = BTreeSet::new();
-        for d in cl.registry.all() {
+        for d in registry.all() {
             if !seen.insert(d.storage.clone()) {
                 continue;
             }
-            for o in cl.store.list(&d.storage, None).0 {
+            for o in store.list(&d.storage, None).0 {
                 let key = Key::new(&d.storage.group, &d.storage.resource, meta::namespace(&o), meta::name(&o));
                 self.put(&key, &o);
             }

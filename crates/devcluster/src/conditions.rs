@@ -11,6 +11,11 @@ pub fn is_true(conds: &[Value], type_: &str) -> bool {
     find(conds, type_).and_then(|c| c.get("status")).and_then(Value::as_str) == Some("True")
 }
 
+/// Whether a pod's `Ready` condition is true (`podutil.IsPodReady`).
+pub fn pod_ready(pod: &Value) -> bool {
+    is_true(&of(pod.get("status")), "Ready")
+}
+
 /// The conditions array of a status, or empty.
 pub fn of(status: Option<&Value>) -> Vec<Value> {
     status.and_then(|s| s.get("conditions")).and_then(Value::as_array).cloned().unwrap_or_default()
