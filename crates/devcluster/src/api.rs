@@ -6,19 +6,22 @@ use crate::cluster::Cluster;
 use crate::errors::{ApiError, ApiResult};
 use crate::ops::{self, DeleteOpts, FieldValidation, ListOpts, WriteOpts};
 use crate::registry::ResourceDef;
-use crate::request::{self, BodyFormat, Output, PathKind, Query, ResourcePath};
+use crate::request::{self, Body, BodyFormat, Output, PathKind, Query, ResourcePath};
 use crate::runtime::Runtime;
 use crate::watch::{self, Start, WatchParams};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub type Body = BoxBody<Bytes, std::io::Error>;
+/// The DER of the leaf certificate a client presented in the TLS handshake (a request
+/// extension `server` adds).
+#[derive(Debug, Clone)]
+pub struct PeerCertificate(pub Arc<Vec<u8>>);
 
 /// Request bodies larger than this are refused (413), like the apiserver's 3 MiB limit.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -126,7 +129,7 @@ async fn serve(cl: Arc<Cluster>, rt: &Runtime, req: Request<Incoming>) -> ApiRes
         "/version" | "/version/" => return Ok(json_response(200, &crate::discovery::version(), Output::Json, &[])),
         _ => {}
     }
-    let peer_cert = parts.extensions.get::<crate::server::PeerCertificate>().map(|c| c.0.as_slice());
+    let peer_cert = parts.extensions.get::<PeerCertificate>().map(|c| c.0.as_slice());
     let requester = crate::auth::authenticate(&cl, header_str(&parts.headers, header::AUTHORIZATION), peer_cert)?;
     let impersonation: Vec<(String, String)> = parts
         .headers

@@ -1,8 +1,13 @@
 //! Understanding a request: which resource and verb a path names (as the apiserver's
-//! RequestInfoFactory does), its query parameters, and what the client accepts.
+//! RequestInfoFactory does), its query parameters, and what the client accepts; and the body
+//! type of every answer.
 
 use crate::errors::{ApiError, ApiResult};
 use std::collections::HashMap;
+
+/// The body of every response, whoever answers (the API front, or the process runtime for a
+/// pod's logs and streams): a boxed stream of byte frames.
+pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::io::Error>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {

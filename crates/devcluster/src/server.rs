@@ -1,6 +1,7 @@
 //! Serving HTTPS: accept TCP connections, terminate TLS (HTTP/2 or HTTP/1.1 by ALPN), and hand each
 //! request to `api::handle`. Shutdown closes the listener and every open connection.
 
+use crate::api::PeerCertificate;
 use crate::cluster::Cluster;
 use crate::runtime::Runtime;
 use hyper::service::service_fn;
@@ -11,11 +12,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
-
-/// The DER of the leaf certificate a client presented in the TLS handshake (a request
-/// extension).
-#[derive(Debug, Clone)]
-pub struct PeerCertificate(pub Arc<Vec<u8>>);
 
 /// Serve until `stop` turns true.
 pub async fn serve(

@@ -9,10 +9,10 @@
 //! messages.
 
 use super::worker;
-use crate::api::Body;
 use crate::cluster::Cluster;
 use crate::errors::{ApiError, ApiResult};
 use crate::field::FieldError;
+use crate::request::Body;
 use crate::request::Query;
 use bytes::Bytes;
 use http::{HeaderValue, Response, header};

@@ -16,9 +16,9 @@
 
 use super::spec::{self, Launch};
 use super::{PodRun, process, worker};
-use crate::api::Body;
 use crate::cluster::Cluster;
 use crate::errors::{ApiError, ApiResult};
+use crate::request::Body;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
