@@ -187,7 +187,7 @@ fn nodes(cl: &Cluster) {
                     "kernelVersion": "6.1.0-devcluster", "osImage": "devcluster (simulated node)", "containerRuntimeVersion": "devcluster://1.0.0",
                     "kubeletVersion": "v1.33.0", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
             });
-            crate::controllers::write_status(cl, &ndef, &node, status, "kubelet");
+            crate::client::write_status(cl, &ndef, &node, status, "kubelet");
         }
     }
 }
@@ -241,7 +241,7 @@ fn upsert(cl: &Cluster, def: &crate::registry::ResourceDef, ns: &str, name: &str
                     }
                 }
             }
-            crate::controllers::write_object(cl, def, &cur, next, MANAGER);
+            crate::client::write_object(cl, def, &cur, next, MANAGER);
         }
     }
 }

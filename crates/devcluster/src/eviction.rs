@@ -232,7 +232,7 @@ fn evict(cl: &Cluster, pods: &ResourceDef, ns: &str, name: &str, original: Delet
             Err(e) => return Err(e),
         }
     }
-    let budgets: Vec<Arc<Value>> = crate::controllers::list_ns(cl, disruption::GROUP, disruption::RESOURCE, ns)
+    let budgets: Vec<Arc<Value>> = crate::client::list_ns(cl, disruption::GROUP, disruption::RESOURCE, ns)
         .into_iter()
         .filter(|b| disruption::guards(b, &pod))
         .collect();

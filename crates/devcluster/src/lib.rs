@@ -60,6 +60,7 @@ pub mod protobuf;
 
 pub(crate) mod api;
 pub(crate) mod bootstrap;
+pub(crate) mod client;
 pub(crate) mod cluster;
 pub(crate) mod conditions;
 pub(crate) mod controllers;
@@ -236,7 +237,7 @@ impl DevCluster {
         if let Some(m) = status.as_object_mut() {
             m.insert("addresses".into(), serde_json::Value::Array(addrs));
         }
-        controllers::write_status(cl, &def, &cur, status, "cloud-node-controller");
+        client::write_status(cl, &def, &cur, status, "cloud-node-controller");
         Ok(())
     }
 

@@ -19,7 +19,8 @@
 //! for the schedule (`DevCluster::advance_clock`). Difference: `@every DURATION` schedules are
 //! refused as unparseable.
 
-use super::replicaset::{event, owned};
+use super::event;
+use super::replicaset::owned;
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
 use crate::cron::Schedule;

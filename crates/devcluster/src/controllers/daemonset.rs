@@ -26,7 +26,8 @@
 //! pod (anti-)affinity are ignored.
 
 use super::deployment::{resolve, template_hash};
-use super::replicaset::{event, owned_pods, pod_from_template};
+use super::event;
+use super::replicaset::{owned_pods, pod_from_template};
 use super::statefulset::ensure_revision;
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;

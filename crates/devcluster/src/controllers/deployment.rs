@@ -5,7 +5,7 @@
 //! real reasons (MinimumReplicasAvailable, NewReplicaSetCreated, ReplicaSetUpdated,
 //! NewReplicaSetAvailable, ProgressDeadlineExceeded, FailedCreate).
 
-use super::replicaset::event;
+use super::event;
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
 use crate::conditions::{self, Style};

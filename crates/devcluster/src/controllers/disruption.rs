@@ -247,7 +247,7 @@ fn expected_pod_count(cl: &Cluster, pdb: &Value, pods: &[Arc<Value>]) -> Result<
 }
 
 fn event(cl: &Cluster, obj: &Value, type_: &str, reason: &str, message: &str) {
-    super::replicaset::event(cl, obj, type_, reason, message, MANAGER);
+    super::event(cl, obj, type_, reason, message, MANAGER);
 }
 
 fn sync(cl: &Cluster, pdb: &Value) -> Option<Duration> {

@@ -33,7 +33,8 @@
 //! success). Times (`startTime`, `completionTime`, deadlines, TTLs) use the cluster's
 //! [`crate::clock::Clock`].
 
-use super::replicaset::{event, owned_pods, pod_from_template};
+use super::event;
+use super::replicaset::{owned_pods, pod_from_template};
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
 use crate::conditions::pod_ready;

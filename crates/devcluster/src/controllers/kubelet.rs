@@ -101,17 +101,6 @@ fn schedule(cl: &Cluster, pod: &Value) -> bool {
     ops::update(cl, &pdef, meta::namespace(pod), meta::name(pod), body, &opts).is_ok()
 }
 
-pub(crate) fn node_ip(cl: &Cluster, node: &str) -> Option<String> {
-    let n = cl.store.get(&GroupResource::new("", "nodes"), "", node)?;
-    n.pointer("/status/addresses")?
-        .as_array()?
-        .iter()
-        .find(|a| a.get("type").and_then(Value::as_str) == Some("InternalIP"))?
-        .get("address")?
-        .as_str()
-        .map(str::to_string)
-}
-
 /// The lowest free pod address of the node (10.244.N.x, then 10.245.N.x, ... for node N).
 fn allocate_pod_ip(cl: &Cluster, node: &str) -> String {
     let index = node.rsplit('-').next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(1).saturating_sub(1) % 256;
@@ -293,7 +282,7 @@ fn compute_status(cl: &Cluster, pod: &Value, node: &str) -> Computed {
         order.iter().position(|o| c.get("type").and_then(Value::as_str) == Some(o)).unwrap_or(order.len())
     });
 
-    let host_ip = node_ip(cl, node).unwrap_or_else(|| "10.0.0.1".to_string());
+    let host_ip = crate::runtime::node_ip(cl, node).unwrap_or_else(|| "10.0.0.1".to_string());
     let pod_ip = match old.get("podIP").and_then(Value::as_str) {
         Some(ip) => ip.to_string(),
         None if spec.get("hostNetwork").and_then(Value::as_bool) == Some(true) => host_ip.clone(),

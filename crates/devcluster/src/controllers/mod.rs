@@ -27,7 +27,6 @@ pub mod statefulset;
 
 use crate::cluster::Cluster;
 pub(crate) use crate::index::Key;
-use crate::registry::GroupResource;
 use crate::runtime::Runtime;
 use crate::store::{Change, StoreError};
 use std::cmp::Reverse;
@@ -189,24 +188,10 @@ pub fn settle(cl: &Arc<Cluster>, rt: &Arc<Runtime>) {
 
 // ---- helpers shared by the controllers ------------------------------------------------------
 
-use crate::ops::{self, DeleteOpts, WriteOpts};
-use crate::registry::ResourceDef;
+/// Lookups and writes every controller makes (src/client.rs; the process runtime and
+/// bootstrap make them too).
+pub(crate) use crate::client::{def, delete, event, get, list_ns, write_object, write_status};
 use serde_json::Value;
-
-/// The registry entry of a built-in resource (always present).
-pub(crate) fn def(cl: &Cluster, group: &str, plural: &str) -> Option<Arc<ResourceDef>> {
-    cl.registry.get(group, "v1", plural)
-}
-
-/// The stored object of a key.
-pub(crate) fn get(cl: &Cluster, key: &Key) -> Option<Arc<Value>> {
-    cl.store.get(&key.gr, &key.namespace, &key.name)
-}
-
-/// Objects of a resource in a namespace.
-pub(crate) fn list_ns(cl: &Cluster, group: &str, resource: &str, ns: &str) -> Vec<Arc<Value>> {
-    cl.store.list(&GroupResource::new(group, resource), Some(ns)).0
-}
 
 /// The uid of the controller owner of an object.
 pub(crate) fn controller_uid(obj: &Value) -> Option<&str> {
@@ -228,46 +213,6 @@ pub(crate) fn controller_ref(owner: &Value) -> Value {
         "controller": true,
         "blockOwnerDeletion": true,
     })
-}
-
-/// Replace an object's status when it differs (compare, then write). Errors are logged: the
-/// next change or resync tries again.
-pub fn write_status(cl: &Cluster, def: &ResourceDef, obj: &Value, status: Value, manager: &str) {
-    if obj.get("status") == Some(&status) {
-        return;
-    }
-    let mut next = obj.clone();
-    if let Some(m) = next.as_object_mut() {
-        m.insert("status".into(), status);
-    }
-    let opts = WriteOpts { subresource: Some("status".into()), ..WriteOpts::system(manager) };
-    if let Err(e) = ops::update(cl, def, crate::meta::namespace(obj), crate::meta::name(obj), next, &opts) {
-        tracing::debug!(manager, name = crate::meta::name(obj), error = %e.message, "status update failed");
-    }
-}
-
-/// Replace an object's spec-side content (compare, then write).
-pub fn write_object(cl: &Cluster, def: &ResourceDef, cur: &Value, next: Value, manager: &str) -> bool {
-    if *cur == next {
-        return false;
-    }
-    match ops::update(cl, def, crate::meta::namespace(cur), crate::meta::name(cur), next, &WriteOpts::system(manager)) {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::debug!(manager, name = crate::meta::name(cur), error = %e.message, "update failed");
-            false
-        }
-    }
-}
-
-/// Delete in the background (what controllers and the garbage collector do).
-pub(crate) fn delete(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str) {
-    let opts = DeleteOpts { propagation_policy: Some("Background".into()), ..Default::default() };
-    if let Err(e) = ops::delete(cl, def, ns, name, &opts)
-        && e.code != 404
-    {
-        tracing::debug!(name, error = %e.message, "delete failed");
-    }
 }
 
 /// Seconds since the unix epoch of an RFC 3339 timestamp.

@@ -4,7 +4,7 @@
 //! available counts; say why pods cannot be created (`ReplicaFailure`, reason `FailedCreate`,
 //! with the API's refusal as the message, and a `FailedCreate` event).
 
-use super::{Controller, Key, def};
+use super::{Controller, Key, def, event};
 use crate::cluster::Cluster;
 use crate::conditions::{self, Style, pod_ready};
 use crate::meta;
@@ -80,41 +80,6 @@ pub(crate) fn pod_from_template(
     }
     md.insert("ownerReferences".into(), json!([super::controller_ref(owner)]));
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": Value::Object(md), "spec": template.get("spec").cloned().unwrap_or_else(|| json!({}))})
-}
-
-/// Record an event about an object (core/v1, as controllers' recorders do); a repeat of the
-/// same event bumps its count, as the recorders' aggregation does.
-pub(crate) fn event(cl: &Cluster, obj: &Value, type_: &str, reason: &str, message: &str, component: &str) {
-    let Some(edef) = def(cl, "", "events") else { return };
-    let ns = match meta::namespace(obj) {
-        "" => "default",
-        n => n,
-    };
-    let now = meta::now();
-    let uid = meta::uid(obj);
-    let same = cl.index().event(uid, reason, message).and_then(|k| super::get(cl, &k));
-    if let Some(e) = same {
-        let mut next = (*e).clone();
-        let count = e.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
-        if let Some(m) = next.as_object_mut() {
-            m.insert("count".into(), count.into());
-            m.insert("lastTimestamp".into(), now.into());
-        }
-        let _ = super::write_object(cl, &edef, &e, next, component);
-        return;
-    }
-    // Named as the event recorder names them: <object>.<unix nanos in hex>.
-    let nanos = jiff::Timestamp::now().as_nanosecond();
-    let ev = json!({
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": format!("{}.{:x}", meta::name(obj), nanos), "namespace": ns},
-        "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta::name(obj),
-            "namespace": meta::namespace(obj), "uid": meta::uid(obj), "resourceVersion": meta::meta_str(obj, "resourceVersion").unwrap_or("")},
-        "reason": reason, "message": message, "type": type_,
-        "source": {"component": component}, "reportingComponent": component, "reportingInstance": "devcluster",
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1, "eventTime": Value::Null,
-    });
-    let _ = ops::create(cl, &edef, ns, ev, &WriteOpts::system(component));
 }
 
 /// Pods to delete first when scaling down: unscheduled, pending, not ready, then the newest.

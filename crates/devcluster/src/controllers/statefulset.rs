@@ -202,7 +202,7 @@ impl Controller for StatefulSetController {
             match ops::create(cl, &pdef, &key.namespace, new_pod(&sts, i, &update_rev), &WriteOpts::system(MANAGER)) {
                 Ok(w) => pods.push((i, std::sync::Arc::new(w.object))),
                 Err(e) => {
-                    super::replicaset::event(
+                    super::event(
                         cl,
                         &sts,
                         "Warning",

@@ -277,6 +277,18 @@ impl Drop for Runtime {
     }
 }
 
+/// A node's InternalIP, which the kubelet (simulated or this runtime) reports as its pods' `hostIP`.
+pub(crate) fn node_ip(cl: &Cluster, node: &str) -> Option<String> {
+    let n = cl.store.get(&crate::registry::GroupResource::new("", "nodes"), "", node)?;
+    n.pointer("/status/addresses")?
+        .as_array()?
+        .iter()
+        .find(|a| a.get("type").and_then(Value::as_str) == Some("InternalIP"))?
+        .get("address")?
+        .as_str()
+        .map(str::to_string)
+}
+
 /// The file mode a volume item gets.
 pub(crate) fn mode_of(v: Option<&Value>, default: u32) -> u32 {
     v.and_then(Value::as_i64).map(|m| m as u32 & 0o777).unwrap_or(default)

@@ -143,7 +143,7 @@ fn now() -> String {
 /// Record an event about the pod as the kubelet's recorder does (repeats counted).
 pub(crate) fn event(cl: &Cluster, run: &PodRun, type_: &str, reason: &str, message: &str) {
     if let Some(pod) = current(cl, run) {
-        crate::controllers::replicaset::event(cl, &pod, type_, reason, message, MANAGER);
+        crate::client::event(cl, &pod, type_, reason, message, MANAGER);
     }
 }
 
@@ -673,7 +673,7 @@ fn finish(cl: &Cluster, rt: &Arc<Runtime>, run: &PodRun, remove_object: bool) {
     let _ = std::fs::remove_dir_all(&run.dir);
     if remove_object
         && current(cl, run).is_some_and(|p| meta::is_deleting(&p))
-        && let Some(pdef) = crate::controllers::def(cl, "", "pods")
+        && let Some(pdef) = crate::client::def(cl, "", "pods")
     {
         let opts = crate::ops::DeleteOpts {
             grace_period_seconds: Some(0),
@@ -808,7 +808,7 @@ fn status(run: &PodRun, pod: &Value) -> Value {
 /// Write the pod's status if it changed (re-reading the pod on a conflict).
 pub(crate) fn publish(cl: &Cluster, run: &PodRun) {
     let _guard = run.publish.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(pdef) = crate::controllers::def(cl, "", "pods") else { return };
+    let Some(pdef) = crate::client::def(cl, "", "pods") else { return };
     for _ in 0..5 {
         let Some(pod) = current(cl, run) else { return };
         if pod.pointer("/spec/nodeName").and_then(Value::as_str).is_none_or(str::is_empty) {
@@ -818,7 +818,7 @@ pub(crate) fn publish(cl: &Cluster, run: &PodRun) {
         let mut pod_v = (*pod).clone();
         if pod_v.pointer("/status/hostIP").is_none() {
             let node = pod.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
-            if let Some(ip) = crate::controllers::kubelet::node_ip(cl, node)
+            if let Some(ip) = super::node_ip(cl, node)
                 && let Some(m) = pod_v.as_object_mut()
             {
                 let st = m.entry("status").or_insert_with(|| json!({}));
