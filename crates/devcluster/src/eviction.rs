@@ -35,10 +35,10 @@
 use crate::auth::rbac::UserInfo;
 use crate::cluster::Cluster;
 use crate::conditions::{self, Style};
-use crate::controllers::disruption;
 use crate::errors::{ApiError, ApiResult, Cause, Details};
 use crate::meta;
 use crate::ops::{self, DeleteOpts, WriteOpts};
+use crate::pdb::{GROUP, RESOURCE, guards, update_disruption_allowed_condition};
 use crate::registry::{GroupResource, ResourceDef};
 use crate::request::{self, BodyFormat, Query};
 use serde_json::{Map, Value, json};
@@ -232,10 +232,8 @@ fn evict(cl: &Cluster, pods: &ResourceDef, ns: &str, name: &str, original: Delet
             Err(e) => return Err(e),
         }
     }
-    let budgets: Vec<Arc<Value>> = crate::client::list_ns(cl, disruption::GROUP, disruption::RESOURCE, ns)
-        .into_iter()
-        .filter(|b| disruption::guards(b, &pod))
-        .collect();
+    let budgets: Vec<Arc<Value>> =
+        crate::client::list_ns(cl, GROUP, RESOURCE, ns).into_iter().filter(|b| guards(b, &pod)).collect();
     if budgets.len() > 1 {
         // Returned as a Status of Failure, which the apiserver's finisher answers as an error.
         return Ok((
@@ -275,7 +273,7 @@ fn evict(cl: &Cluster, pods: &ResourceDef, ns: &str, name: &str, original: Delet
 
 /// `checkAndDecrement`, retried from a fresh read of the budget when its status write conflicts.
 fn check_and_decrement(cl: &Cluster, ns: &str, pod: &str, mut pdb: Arc<Value>, dry_run: bool) -> ApiResult<()> {
-    let d = cl.registry.get(disruption::GROUP, "v1", disruption::RESOURCE).ok_or_else(ApiError::not_found_path)?;
+    let d = cl.registry.get(GROUP, "v1", RESOURCE).ok_or_else(ApiError::not_found_path)?;
     let pdb_name = meta::name(&pdb).to_string();
     let mut last = None;
     for _ in 0..RETRIES {
@@ -286,7 +284,7 @@ fn check_and_decrement(cl: &Cluster, ns: &str, pod: &str, mut pdb: Arc<Value>, d
                 pdb = cl
                     .store
                     .get(&d.storage, ns, &pdb_name)
-                    .ok_or_else(|| ApiError::not_found(disruption::GROUP, disruption::RESOURCE, &pdb_name))?;
+                    .ok_or_else(|| ApiError::not_found(GROUP, RESOURCE, &pdb_name))?;
             }
             Err(e) => return Err(e),
         }
@@ -303,7 +301,7 @@ fn try_decrement(cl: &Cluster, d: &ResourceDef, ns: &str, pod: &str, pdb: &Value
     if int("observedGeneration") < pdb.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) {
         return Err(still_processing(name));
     }
-    let forbidden = |msg: &str| ApiError::forbidden(disruption::GROUP, "poddisruptionbudget", name, msg);
+    let forbidden = |msg: &str| ApiError::forbidden(GROUP, "poddisruptionbudget", name, msg);
     let allowed = int("disruptionsAllowed");
     if allowed < 0 {
         return Err(forbidden("pdb disruptions allowed is negative"));
@@ -328,7 +326,7 @@ fn try_decrement(cl: &Cluster, d: &ResourceDef, ns: &str, pod: &str, pdb: &Value
     let mut next_status = status;
     next_status.insert("disruptionsAllowed".into(), (allowed - 1).into());
     if allowed - 1 == 0 {
-        disruption::update_disruption_allowed_condition(&mut next_status);
+        update_disruption_allowed_condition(&mut next_status);
     }
     let mut pods = next_status.get("disruptedPods").and_then(Value::as_object).cloned().unwrap_or_default();
     pods.insert(pod.to_string(), cl.options.clock.now_rfc3339().into());

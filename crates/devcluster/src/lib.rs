@@ -77,6 +77,7 @@ pub(crate) mod index;
 pub(crate) mod meta;
 pub(crate) mod openapi;
 pub(crate) mod patching;
+pub(crate) mod pdb;
 pub(crate) mod scale;
 pub(crate) mod schema;
 pub(crate) mod selector;

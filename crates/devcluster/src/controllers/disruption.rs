@@ -1,6 +1,6 @@
 //! The disruption controller (kubernetes pkg/controller/disruption/disruption.go): the status of
-//! every PodDisruptionBudget, which the eviction subresource (`crate::eviction`) reads and
-//! decrements.
+//! every PodDisruptionBudget, which the eviction subresource (src/eviction.rs) reads and
+//! decrements; the budget helpers both use are in src/pdb.rs.
 //!
 //! For a budget it finds the pods its selector matches in its namespace (a null selector matches
 //! none, an empty one every pod, as policy/v1 says), then:
@@ -29,7 +29,10 @@
 use super::{Controller, Key, def};
 use crate::cluster::Cluster;
 use crate::meta;
-use crate::selector::LabelSelector;
+use crate::pdb::{
+    GROUP, RESOURCE, conditions_up_to_date, guards, int, selector_of, set_condition,
+    update_disruption_allowed_condition,
+};
 use crate::store::{Change, EventType};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -38,31 +41,11 @@ use std::time::Duration;
 
 pub struct DisruptionController;
 
-pub(crate) const GROUP: &str = "policy";
-pub(crate) const RESOURCE: &str = "poddisruptionbudgets";
 const MANAGER: &str = "disruption-controller";
 
 /// How long an eviction's `disruptedPods` entry counts before the pod must be seen deleting
 /// (`DeletionTimeout`).
 pub const DELETION_TIMEOUT_SECS: i64 = 120;
-
-/// The pods a budget's `spec.selector` selects in its namespace (`getPodsForPdb`).
-pub(crate) fn selector_of(pdb: &Value) -> Result<LabelSelector, String> {
-    match pdb.pointer("/spec/selector") {
-        None | Some(Value::Null) => Ok(LabelSelector::nothing()),
-        Some(s) => LabelSelector::from_label_selector(s).map_err(|e| e.to_string()),
-    }
-}
-
-/// Whether a budget guards a pod (the eviction handler's `getPodDisruptionBudgets`): same
-/// namespace, a valid selector matching its labels.
-pub(crate) fn guards(pdb: &Value, pod: &Value) -> bool {
-    meta::namespace(pdb) == meta::namespace(pod) && selector_of(pdb).is_ok_and(|s| s.matches(meta::labels(pod)))
-}
-
-fn int(v: Option<&Value>) -> i64 {
-    v.and_then(Value::as_i64).unwrap_or(0)
-}
 
 /// `intstr.GetScaledValueFromIntOrPercent`, with its error messages.
 fn scaled(v: &Value, total: i64, round_up: bool) -> Result<i64, String> {
@@ -81,57 +64,6 @@ fn scaled(v: &Value, total: i64, round_up: bool) -> Result<i64, String> {
             Ok(if round_up { x.div_euclid(100) + i64::from(x.rem_euclid(100) != 0) } else { x.div_euclid(100) })
         }
         _ => Err("invalid value for IntOrString: invalid type: neither int nor percentage".into()),
-    }
-}
-
-/// Set the `DisruptionAllowed` condition from `disruptionsAllowed`
-/// (`pdbhelper.UpdateDisruptionAllowedCondition`), as `metav1.Condition` with
-/// `apimeta.SetStatusCondition`: the transition time moves only when the status does.
-pub(crate) fn update_disruption_allowed_condition(status: &mut Map<String, Value>) {
-    let allowed = int(status.get("disruptionsAllowed"));
-    let (st, reason) = if allowed > 0 { ("True", "SufficientPods") } else { ("False", "InsufficientPods") };
-    set_condition(status, st, reason, "");
-}
-
-fn set_condition(status: &mut Map<String, Value>, st: &str, reason: &str, message: &str) {
-    let observed = int(status.get("observedGeneration"));
-    let mut conds: Vec<Value> = status.get("conditions").and_then(Value::as_array).cloned().unwrap_or_default();
-    let pos = conds.iter().position(|c| c.get("type").and_then(Value::as_str) == Some("DisruptionAllowed"));
-    let ltt = match pos.map(|i| &conds[i]) {
-        Some(old) if old.get("status").and_then(Value::as_str) == Some(st) => {
-            old.get("lastTransitionTime").cloned().unwrap_or_else(|| meta::now().into())
-        }
-        _ => meta::now().into(),
-    };
-    let mut c = Map::new();
-    c.insert("type".into(), "DisruptionAllowed".into());
-    c.insert("status".into(), st.into());
-    if observed != 0 {
-        c.insert("observedGeneration".into(), observed.into());
-    }
-    c.insert("lastTransitionTime".into(), ltt);
-    c.insert("reason".into(), reason.into());
-    c.insert("message".into(), message.into());
-    match pos {
-        Some(i) => conds[i] = Value::Object(c),
-        None => conds.push(Value::Object(c)),
-    }
-    status.insert("conditions".into(), Value::Array(conds));
-}
-
-/// `pdbhelper.ConditionsAreUpToDate`.
-fn conditions_up_to_date(pdb: &Value) -> bool {
-    let status = pdb.get("status");
-    let conds = crate::conditions::of(status);
-    let Some(c) = crate::conditions::find(&conds, "DisruptionAllowed") else { return false };
-    if int(status.and_then(|s| s.get("observedGeneration"))) != int(pdb.pointer("/metadata/generation")) {
-        return false;
-    }
-    let (st, reason) = (c.get("status").and_then(Value::as_str), c.get("reason").and_then(Value::as_str));
-    if int(status.and_then(|s| s.get("disruptionsAllowed"))) > 0 {
-        st == Some("True") && reason == Some("SufficientPods")
-    } else {
-        st == Some("False") && reason == Some("InsufficientPods")
     }
 }
 
@@ -433,38 +365,5 @@ mod tests {
             Err("invalid value for IntOrString: invalid type: string is not a percentage".to_string())
         );
         assert!(scaled(&json!("x%"), 3, true).unwrap_err().contains("strconv.Atoi: parsing \"x\": invalid syntax"));
-    }
-
-    #[test]
-    fn the_condition_keeps_its_transition_time_while_its_status_stays() {
-        let mut st = Map::new();
-        st.insert("disruptionsAllowed".into(), 1.into());
-        st.insert("observedGeneration".into(), 2.into());
-        update_disruption_allowed_condition(&mut st);
-        let c = &st["conditions"][0];
-        assert_eq!(c["reason"], "SufficientPods");
-        assert_eq!(c["status"], "True");
-        assert_eq!(c["observedGeneration"], 2);
-        assert_eq!(c["message"], "");
-        let mut old = st.clone();
-        old["conditions"][0]["lastTransitionTime"] = json!("2020-01-01T00:00:00Z");
-        update_disruption_allowed_condition(&mut old);
-        assert_eq!(old["conditions"][0]["lastTransitionTime"], "2020-01-01T00:00:00Z");
-        old.insert("disruptionsAllowed".into(), 0.into());
-        update_disruption_allowed_condition(&mut old);
-        assert_eq!(old["conditions"][0]["reason"], "InsufficientPods");
-        assert_ne!(old["conditions"][0]["lastTransitionTime"], "2020-01-01T00:00:00Z");
-    }
-
-    #[test]
-    fn null_selectors_guard_nothing_and_empty_ones_everything() {
-        let pod = json!({"metadata": {"name": "p", "namespace": "d", "labels": {"app": "x"}}});
-        let pdb = |sel: Value| json!({"metadata": {"name": "b", "namespace": "d"}, "spec": {"selector": sel}});
-        assert!(!guards(&pdb(Value::Null), &pod));
-        assert!(guards(&pdb(json!({})), &pod));
-        assert!(guards(&pdb(json!({"matchLabels": {"app": "x"}})), &pod));
-        assert!(!guards(&pdb(json!({"matchLabels": {"app": "y"}})), &pod));
-        let other_ns = json!({"metadata": {"name": "b", "namespace": "e"}, "spec": {"selector": {}}});
-        assert!(!guards(&other_ns, &pod));
     }
 }
