@@ -74,6 +74,10 @@ pub struct Cluster {
     pub kick: Notify,
     /// The last ClusterIP handed out, to allocate the next one.
     pub(crate) ip_alloc: Mutex<()>,
+    /// What the write path calls right after a namespace is created, before the create
+    /// returns (`hooks::after_write`): the namespace controller seeds it. Set at start-up by
+    /// the controllers (`controllers::install`), which the write path knows only through it.
+    pub(crate) on_namespace_created: OnceLock<fn(&Cluster, &str)>,
     /// Indexes of the stored objects the controllers look things up in.
     pub(crate) index: Mutex<crate::index::Indexes>,
 }
@@ -95,6 +99,7 @@ impl Cluster {
             faults,
             kick: Notify::new(),
             ip_alloc: Mutex::new(()),
+            on_namespace_created: OnceLock::new(),
             index: Mutex::new(Default::default()),
         })
     }

@@ -40,8 +40,12 @@ pub fn after_write(cl: &Cluster, def: &ResourceDef, stored: &Value, old: Option<
     );
     // A new namespace has its default ServiceAccount and root CA at once, so pods can be
     // created in it right away (the controllers keep them there afterwards).
-    if is(def, "", "namespaces") && old.is_none() && !meta::is_deleting(stored) {
-        crate::controllers::namespace::seed(cl, meta::name(stored));
+    if is(def, "", "namespaces")
+        && old.is_none()
+        && !meta::is_deleting(stored)
+        && let Some(seed) = cl.on_namespace_created.get()
+    {
+        seed(cl, meta::name(stored));
     }
     if is(def, "apiextensions.k8s.io", "customresourcedefinitions") {
         let name = meta::name(stored);

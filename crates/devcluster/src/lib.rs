@@ -285,6 +285,7 @@ pub async fn run(
         runtime.attach(&cluster);
         let _ = cluster.server_url.set(format!("https://{addr}"));
         let tls = cluster.creds.server_config(&[addr.ip()])?;
+        controllers::install(&cluster);
         bootstrap::run(&cluster);
         controllers::settle(&cluster, &runtime);
         anyhow::Ok((cluster, runtime, addr, listener, tls))

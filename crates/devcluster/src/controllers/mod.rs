@@ -126,6 +126,14 @@ impl Runner {
     }
 }
 
+/// Hand the write path what the controllers must do inside it, before a write returns (called
+/// once at start-up, before `bootstrap` creates the first namespaces): a new namespace gets its
+/// default ServiceAccount and root CA ConfigMap at once (`namespace::seed`), so a pod can be
+/// created in it right away. Everything else the controllers do follows the change feed.
+pub fn install(cl: &Cluster) {
+    let _ = cl.on_namespace_created.set(namespace::seed);
+}
+
 /// Run the controllers until `stop` turns true.
 pub async fn run(cl: Arc<Cluster>, rt: Arc<Runtime>, mut stop: watch::Receiver<bool>) {
     let mut notify = cl.store.subscribe();
