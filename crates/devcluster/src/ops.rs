@@ -356,7 +356,7 @@ fn normalize(
 ) -> ApiResult<Vec<String>> {
     let mut warnings = vec![];
     // The cluster's own writes carry only the kind's fields: nothing to prune.
-    let unknown = if opts.trusted { vec![] } else { crate::validation::prune(def, obj) };
+    let unknown = if opts.trusted { vec![] } else { crate::hooks::prune(def, obj) };
     if !unknown.is_empty() {
         match opts.field_validation {
             FieldValidation::Strict => {
@@ -373,9 +373,9 @@ fn normalize(
         }
     }
     if !opts.trusted {
-        crate::validation::decode_check(def, obj).map_err(ApiError::bad_request)?;
+        crate::hooks::decode_check(def, obj).map_err(ApiError::bad_request)?;
     }
-    crate::validation::default(def, obj);
+    crate::hooks::default(def, obj);
     if old.is_some() {
         // As the Go structs the apiserver decodes into: the stored object has its zero fields,
         // and an update that does not send them changes nothing there (update validation,
@@ -384,7 +384,7 @@ fn normalize(
         go_zero_fields(def, obj, false);
     }
     crate::admission::mutate(cl, def, obj, old, opts.subresource.as_deref())?;
-    let errs: Vec<FieldError> = crate::validation::validate(cl, def, obj, old);
+    let errs: Vec<FieldError> = crate::hooks::validate(cl, def, obj, old);
     if !errs.is_empty() {
         return Err(ApiError::invalid(&def.group, &def.kind, meta::name(obj), &errs));
     }
