@@ -535,12 +535,14 @@ async fn resource(
         (Method::PUT, Some(name)) => {
             need_ns()?;
             let bytes = read_body(body).await?;
-            let obj = if rp.subresource.as_deref() == Some("scale") {
-                decode_scale(headers, &bytes)?
+            // The scale subresource is its own storage over the parent (upstream's ScaleREST).
+            let w = if rp.subresource.as_deref() == Some("scale") {
+                let obj = decode_scale(headers, &bytes)?;
+                crate::scale::update(&cl, &def, &ns_str, &name, obj, &write_opts()?)?
             } else {
-                decode_object(&def, headers, &bytes)?
+                let obj = decode_object(&def, headers, &bytes)?;
+                ops::update(&cl, &def, &ns_str, &name, obj, &write_opts()?)?
             };
-            let w = ops::update(&cl, &def, &ns_str, &name, obj, &write_opts()?)?;
             Ok(json_response(
                 if w.created { 201 } else { 200 },
                 &render_one(&def, w.object, output),
@@ -552,7 +554,11 @@ async fn resource(
             need_ns()?;
             let bytes = read_body(body).await?;
             let format = request::body_format(header_str(headers, header::CONTENT_TYPE))?;
-            let w = ops::patch(&cl, &def, &ns_str, &name, format, &bytes, &write_opts()?)?;
+            let w = if rp.subresource.as_deref() == Some("scale") {
+                crate::scale::patch(&cl, &def, &ns_str, &name, format, &bytes, &write_opts()?)?
+            } else {
+                ops::patch(&cl, &def, &ns_str, &name, format, &bytes, &write_opts()?)?
+            };
             Ok(json_response(
                 if w.created { 201 } else { 200 },
                 &render_one(&def, w.object, output),

@@ -808,9 +808,6 @@ pub fn update(
     body: Value,
     opts: &WriteOpts,
 ) -> ApiResult<Written> {
-    if opts.subresource.as_deref() == Some("scale") {
-        return crate::scale::update(cl, def, ns, name, body, opts);
-    }
     if opts.subresource.as_deref() == Some("binding") {
         let node = body.pointer("/target/name").and_then(Value::as_str).unwrap_or("");
         if node.is_empty() {
@@ -890,9 +887,6 @@ pub fn patch(
     body: &[u8],
     opts: &WriteOpts,
 ) -> ApiResult<Written> {
-    if opts.subresource.as_deref() == Some("scale") {
-        return crate::scale::patch(cl, def, ns, name, format, body, opts);
-    }
     let patch_doc: Value = match format {
         BodyFormat::ApplyPatch => crate::request::decode_body(body, true)?,
         BodyFormat::Json | BodyFormat::Yaml => {

@@ -1,5 +1,7 @@
 //! The scale subresource: an `autoscaling/v1` Scale view of a Deployment, StatefulSet,
-//! ReplicaSet or custom resource, whose writes change the parent's replica count.
+//! ReplicaSet or custom resource, whose writes change the parent's replica count. Its own
+//! storage over the parent's, as upstream's ScaleREST: `api` routes `.../scale` here, and
+//! reads and writes go to the parent through `ops`.
 
 use crate::cluster::Cluster;
 use crate::errors::{ApiError, ApiResult};
