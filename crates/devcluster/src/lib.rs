@@ -76,6 +76,7 @@ pub(crate) mod image;
 pub(crate) mod index;
 pub(crate) mod meta;
 pub(crate) mod openapi;
+pub(crate) mod opts;
 pub(crate) mod patching;
 pub(crate) mod pdb;
 pub(crate) mod scale;

@@ -4,7 +4,7 @@
 use crate::cluster::Cluster;
 use crate::errors::{ApiError, ApiResult, Cause};
 use crate::meta;
-use crate::ops::WriteOpts;
+use crate::opts::{FieldValidation, WriteOpts};
 use crate::patch::apply::{ApplyError, ApplyParams, apply_with, conflict_causes, conflict_message};
 use crate::registry::ResourceDef;
 use crate::request::BodyFormat;
@@ -57,7 +57,7 @@ pub fn apply_patch(
     let out = match format {
         BodyFormat::MergePatch => crate::patch::apply_merge_patch(cur, doc).map_err(patch_error)?,
         BodyFormat::JsonPatch => {
-            if opts.field_validation != crate::ops::FieldValidation::Ignore
+            if opts.field_validation != FieldValidation::Ignore
                 && let Some(e) = crate::patch::json_patch_strict_decode_error(doc)
             {
                 return Err(patch_error(e));
