@@ -291,7 +291,15 @@ fn normalize(
     if !errs.is_empty() {
         return Err(ApiError::invalid(&def.group, &def.kind, meta::name(obj), &errs));
     }
-    warnings.extend(crate::admission::validate(cl, def, obj, old, opts.subresource.as_deref(), opts.dry_run)?);
+    warnings.extend(crate::admission::validate(
+        cl,
+        def,
+        obj,
+        old,
+        opts.subresource.as_deref(),
+        opts.dry_run,
+        update_status,
+    )?);
     let attrs = crate::admission::policy::Attributes {
         operation: if old.is_some() { "UPDATE" } else { "CREATE" },
         def,
@@ -306,6 +314,13 @@ fn normalize(
     };
     warnings.extend(crate::admission::policy::admit(cl, &attrs)?);
     Ok(warnings)
+}
+
+/// A status update by a component of the write path itself (`admission::UpdateStatus`: quota
+/// admission charging a ResourceQuota).
+fn update_status(cl: &Cluster, def: &ResourceDef, ns: &str, name: &str, obj: Value, manager: &str) -> ApiResult<()> {
+    let opts = WriteOpts { subresource: Some("status".into()), ..WriteOpts::system(manager) };
+    update(cl, def, ns, name, obj, &opts).map(|_| ())
 }
 
 /// A built-in object as the apiserver's Go structs encode it: the fields without `omitempty`
