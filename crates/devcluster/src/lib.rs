@@ -15,22 +15,36 @@
 //!
 //! # Module layers
 //!
-//! Modules name each other as `crate::x`; `tools/module_cycles.py` prints the graph. From the
-//! bottom:
+//! Modules name each other as `crate::x`; `tools/module_cycles.py` prints the graph, which has
+//! no cycle: each module only uses modules of the layers below it (or beside it, one way). As
+//! in the real apiserver, the clients of the cluster (controllers, the simulated kubelet and
+//! process runtime, bootstrap, the HTTP front) sit above the request path and are not called
+//! back by it. From the bottom:
 //!
 //! - leaves, using no other module: `field`, `golike`, `meta`, `schema`, `clock`, `cron`,
-//!   `duration`, `faults`, `protobuf`, `spdy`, `x509`; then `errors`, `names`, `jsonpath`,
-//!   `patch`, `tls`;
+//!   `duration`, `faults`, `protobuf`, `spdy`, `x509`, `conditions` (conditions as controllers
+//!   write them), `image` (image references, container IDs and the `--run` rules); then
+//!   `errors`, `names`, `jsonpath`, `patch`, `tls`;
 //! - kinds as data: `builtin` (schemas, defaults, validation rules and printers of the built-in
-//!   kinds), `selector`, `request`; `registry` on top of them; then `store`, `discovery`,
+//!   kinds), `selector`, `request`, `validation` (the structural-schema and CEL engine), `pdb`
+//!   (PodDisruptionBudget helpers); `registry` on top of them; then `store`, `discovery`,
 //!   `openapi`, `table`, which need the registry but nothing of the request path;
-//! - the cluster itself, one cycle of modules that call each other through `Cluster`: `cluster`,
-//!   `ops` (the generic create/update/delete), `validation`, `crd`, `convert`, `admission`,
-//!   `auth`, `hooks`, `controllers`, `eviction`, `scale`, `patching`, `watch`, `runtime`,
-//!   `bootstrap`, `api` and `server`.
+//! - the cluster's state: `index` (indexes of the stored objects), then `cluster` (registry,
+//!   store, credentials, options, indexes), which uses nothing above it;
+//! - the request path: `auth`, `crd`, `convert`, `opts` (the options of the verbs),
+//!   `admission`, `patching`, `hooks` (per-kind strategies: which pruning, defaults and
+//!   validation apply, and the side effects of writes), then `ops` (the generic
+//!   get/list/create/update/patch/delete); beside `ops`, on top of it, the subresources and
+//!   streams the front routes to: `scale`, `eviction`, `watch`;
+//! - clients of the cluster: `client` (the in-process client: lookups, compare-then-write,
+//!   Events), `bootstrap`, `runtime` (the process runtime), `controllers` (including the
+//!   simulated kubelet), `api` (the HTTP front) and `server` (TLS and connections).
 //!
-//! A module of the lower layers does not reach up: `builtin` does not call admission or the
-//! controllers, `registry` does not call `ops` or `validation`.
+//! Where the request path needs what a layer above does, it is handed in, not called:
+//! `controllers::install` gives the write path the seeding of a new namespace
+//! (`Cluster::on_namespace_created`); `ops` gives admission its status update
+//! (`admission::UpdateStatus`) to charge quotas with; `run` below hands the process runtime to
+//! the controllers and the API front; `api` routes `.../scale` to `scale`.
 
 // Used by other crates, benches, tests or the binaries.
 pub mod faults;
