@@ -12,8 +12,6 @@
 //! `time.Parse(time.RFC3339, s)` accepts (the layout `metav1.Time` uses): `Z` or `±hh:mm` offsets,
 //! optional fractional seconds (`.` or `,`, extra digits beyond nanoseconds ignored).
 
-use std::time::Duration;
-
 const SECOND: i64 = 1_000_000_000;
 const MINUTE: i64 = 60 * SECOND;
 const HOUR: i64 = 60 * MINUTE;
@@ -24,12 +22,14 @@ const GO_ZERO_TIME_UNIX: i64 = -62_135_596_800;
 
 /// `HumanDuration`: "5s" up to two minutes, then "4m12s", "45m", "3h20m", "20h", "2d5h", "45d",
 /// "3y45d", "9y".
-pub fn human_duration(d: Duration) -> String {
+#[cfg(test)]
+pub fn human_duration(d: std::time::Duration) -> String {
     human_duration_nanos(std_to_go(d))
 }
 
 /// `ShortHumanDuration`: a single unit, "59s", "59m", "23h", "364d", "2y".
-pub fn short_human_duration(d: Duration) -> String {
+#[cfg(test)]
+pub fn short_human_duration(d: std::time::Duration) -> String {
     short_human_duration_nanos(std_to_go(d))
 }
 
@@ -83,6 +83,7 @@ pub fn human_duration_nanos(d: i64) -> String {
 }
 
 /// `ShortHumanDuration` of a signed Go duration in nanoseconds.
+#[cfg(test)]
 pub fn short_human_duration_nanos(d: i64) -> String {
     let seconds = go_seconds(d) as i64;
     if seconds < -1 {
@@ -108,6 +109,7 @@ pub fn short_human_duration_nanos(d: i64) -> String {
 /// What `kubectl get` shows in the AGE column for an object created at `created_rfc3339`
 /// (its `metadata.creationTimestamp`), seen at `now_unix_secs`. An unparsable timestamp and Go's
 /// zero time both print `<unknown>`, like the apiserver's table printers.
+#[cfg(test)]
 pub fn age(created_rfc3339: &str, now_unix_secs: i64) -> String {
     match parse_rfc3339(created_rfc3339) {
         Some((secs, nanos)) => age_since(secs, nanos, now_unix_secs),
@@ -115,7 +117,7 @@ pub fn age(created_rfc3339: &str, now_unix_secs: i64) -> String {
     }
 }
 
-/// [`age`] for an already-parsed timestamp. Shared with the `date` printer-column cells.
+/// `age` for an already-parsed timestamp. Shared with the `date` printer-column cells.
 pub fn age_since(secs: i64, nanos: u32, now_unix_secs: i64) -> String {
     if secs == GO_ZERO_TIME_UNIX && nanos == 0 {
         return "<unknown>".to_string();
@@ -198,7 +200,8 @@ pub fn parse_rfc3339(s: &str) -> Option<(i64, u32)> {
     Some((secs, nanos))
 }
 
-fn std_to_go(d: Duration) -> i64 {
+#[cfg(test)]
+fn std_to_go(d: std::time::Duration) -> i64 {
     clamp_to_i64(i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
 }
 
@@ -220,6 +223,7 @@ fn go_seconds(d: i64) -> f64 {
 }
 
 /// Go's `Duration.Minutes()`.
+#[cfg(test)]
 fn go_minutes(d: i64) -> f64 {
     let min = d / MINUTE;
     let nsec = d % MINUTE;
@@ -227,6 +231,7 @@ fn go_minutes(d: i64) -> f64 {
 }
 
 /// Go's `Duration.Hours()`.
+#[cfg(test)]
 fn go_hours(d: i64) -> f64 {
     let hour = d / HOUR;
     let nsec = d % HOUR;
@@ -291,6 +296,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::time::Duration;
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)

@@ -116,12 +116,14 @@ impl JsonPath {
     }
 
     /// All results, flattened, with missing keys allowed; an evaluation error gives no results.
+    #[cfg(test)]
     pub fn eval<'a>(&self, data: &'a Value) -> Vec<Cow<'a, Value>> {
         self.find_results(data, true).map(|r| r.into_iter().flatten().collect()).unwrap_or_default()
     }
 
     /// `JSONPath.Execute`, as `kubectl get -o jsonpath=...` prints: results separated by spaces,
     /// objects and arrays as JSON, `null` as `<nil>`.
+    #[cfg(test)]
     pub fn execute(&self, data: &Value, allow_missing_keys: bool) -> Result<String, String> {
         let mut out = String::new();
         for results in self.find_results(data, allow_missing_keys)? {
@@ -154,6 +156,7 @@ impl JsonPath {
     /// The value of a CRD selectable field with this path for `obj`, as the field set of the
     /// custom resource strategy computes it: `fmt.Sprint` of the single result, `""` when there
     /// is none (or it is `null`).
+    #[cfg(test)]
     pub fn selectable_field_value(&self, obj: &Value) -> Result<String, String> {
         let results =
             self.find_results(obj, true).map_err(|e| format!("unexpected error finding value with jsonPath: {e}"))?;
@@ -1043,12 +1046,8 @@ pub fn go_json(v: &Value) -> String {
     crate::golike::go_json(v)
 }
 
-/// `encoding/json`'s quoting of a string.
-pub fn go_json_quote(s: &str) -> String {
-    crate::golike::go_json_quote(s)
-}
-
 /// Go's `%v` of a float64.
+#[cfg(test)]
 pub fn go_format_float_v(f: f64) -> String {
     crate::golike::go_float_g(f)
 }

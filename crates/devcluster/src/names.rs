@@ -259,6 +259,7 @@ pub fn is_valid_path_segment_prefix(name: &str) -> Vec<String> {
 }
 
 /// `IsCIdentifier`: `[A-Za-z_][A-Za-z0-9_]*`.
+#[cfg(test)]
 pub fn is_c_identifier(value: &str) -> Vec<String> {
     let b = value.as_bytes();
     let ok = b.first().is_some_and(|f| f.is_ascii_alphabetic() || *f == b'_')
@@ -288,6 +289,7 @@ fn has_ch_dir_prefix(value: &str) -> Vec<String> {
 
 /// `IsEnvVarName` (the strict rule, used when the `RelaxedEnvironmentVariableValidation`
 /// feature is off): `[-._a-zA-Z][-._a-zA-Z0-9]*`, and not `.`, `..` or `..*`.
+#[cfg(test)]
 pub fn is_env_var_name(value: &str) -> Vec<String> {
     let b = value.as_bytes();
     let ok = b.first().is_some_and(|f| f.is_ascii_alphabetic() || matches!(f, b'-' | b'.' | b'_'))
@@ -343,11 +345,6 @@ pub fn is_valid_port_num(port: i64) -> Vec<String> {
     if (1..=65535).contains(&port) { Vec::new() } else { vec![inclusive_range_error(1, 65535)] }
 }
 
-/// `IsInRange`.
-pub fn is_in_range(value: i64, min: i64, max: i64) -> Vec<String> {
-    if value >= min && value <= max { Vec::new() } else { vec![inclusive_range_error(min, max)] }
-}
-
 /// `IsValidPortName` (IANA_SVC_NAME): at most 15 characters of `[-a-z0-9]`, at least one
 /// letter, no `--`, no leading or trailing `-`.
 pub fn is_valid_port_name(port: &str) -> Vec<String> {
@@ -382,19 +379,6 @@ pub fn is_valid_percent(percent: &str) -> Vec<String> {
             "a valid percent string must be a numeric string followed by an ending '%'",
             "[0-9]+%",
             &["1%", "93%"],
-        )]
-    }
-}
-
-/// `IsHTTPHeaderName`: `[-A-Za-z0-9]+`.
-pub fn is_http_header_name(value: &str) -> Vec<String> {
-    if !value.is_empty() && value.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-') {
-        Vec::new()
-    } else {
-        vec![regex_error(
-            "a valid HTTP header must consist of alphanumeric characters or '-'",
-            "[-A-Za-z0-9]+",
-            &["X-Header-Name"],
         )]
     }
 }

@@ -26,7 +26,7 @@
 //! them (e.g. a host-network pod's ports carry `hostPort`, a volume without source is `emptyDir`);
 //! values of the wrong JSON type are treated as absent instead of failing decoding.
 
-use crate::field::{self, FieldError, go_quote};
+use crate::field::{FieldError, go_quote};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -43,10 +43,6 @@ pub const AUDIT_VERSION_LABEL: &str = "pod-security.kubernetes.io/audit-version"
 pub const WARN_LEVEL_LABEL: &str = "pod-security.kubernetes.io/warn";
 /// `pod-security.kubernetes.io/warn-version`
 pub const WARN_VERSION_LABEL: &str = "pod-security.kubernetes.io/warn-version";
-/// Audit annotation upstream records with the enforced policy (`restricted:latest`).
-pub const ENFORCED_POLICY_ANNOTATION: &str = "pod-security.kubernetes.io/enforce-policy";
-/// Audit annotation upstream records with [`PodEvaluation::audit`].
-pub const AUDIT_VIOLATIONS_ANNOTATION: &str = "pod-security.kubernetes.io/audit-violations";
 
 /// The policy version `latest`.
 pub const LATEST: &str = "latest";
@@ -135,6 +131,7 @@ impl Default for NamespacePolicy {
 
 impl NamespacePolicy {
     /// All three modes are privileged: nothing is ever evaluated.
+    #[cfg(test)]
     pub fn fully_privileged(&self) -> bool {
         self.enforce.level == Level::Privileged
             && self.audit.level == Level::Privileged
@@ -235,9 +232,10 @@ pub fn namespace_policy_with_errors(ns_labels: Option<&Map<String, Value>>) -> (
 /// The namespace's policy from its labels, or the aggregated message of the invalid labels
 /// (`metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "foo": must be one of
 /// privileged, baseline, restricted`; several errors are bracketed as Go's aggregate prints them).
+#[cfg(test)]
 pub fn namespace_policy(ns_labels: Option<&Map<String, Value>>) -> Result<NamespacePolicy, String> {
     let (policy, errs) = namespace_policy_with_errors(ns_labels);
-    if errs.is_empty() { Ok(policy) } else { Err(field::aggregate(&errs)) }
+    if errs.is_empty() { Ok(policy) } else { Err(crate::field::aggregate(&errs)) }
 }
 
 /// The label errors that reject a namespace write (`ValidateNamespace`): on create

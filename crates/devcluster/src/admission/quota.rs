@@ -464,6 +464,7 @@ fn pvc_matches_scope(sel: &ScopeSelector, pvc: &Value) -> bool {
 /// part of `generic.Matches`). A quota without scopes matches every object; a scoped quota never
 /// matches services, object counts or ignored resources (`MatchesNoScopeFunc`), and matches a
 /// PersistentVolumeClaim only through the `VolumeAttributesClass` scope.
+#[cfg(test)]
 pub fn matches_scopes(quota: &Value, group: &str, resource: &str, obj: &Value) -> bool {
     let selectors = scope_selectors(quota);
     match evaluator(group, resource) {
@@ -731,11 +732,13 @@ fn pvc_usage(pvc: &Value) -> ResourceList {
 /// `<class>.storageclass.storage.k8s.io/...` forms; for anything else `count/<resource>[.<group>]`
 /// plus the legacy names `configmaps`, `secrets`, `replicationcontrollers`, `resourcequotas`.
 /// Ignored resources (events, bindings, reviews) are charged nothing.
+#[cfg(test)]
 pub fn usage(group: &str, resource: &str, obj: &Value) -> BTreeMap<String, Quantity> {
     usage_at(group, resource, obj, now_unix_nanos())
 }
 
 /// [`usage`] at a given time (Unix nanoseconds), for deterministic deletion-grace checks.
+#[cfg(test)]
 pub fn usage_at(group: &str, resource: &str, obj: &Value, now_unix_nanos: i128) -> BTreeMap<String, Quantity> {
     evaluator(group, resource).map(|ev| ev.usage(obj, now_unix_nanos)).unwrap_or_default()
 }

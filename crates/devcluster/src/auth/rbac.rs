@@ -2,8 +2,8 @@
 //! the stored JSON of `rbac.authorization.k8s.io/v1` objects.
 //!
 //! Mirrored upstream code (Kubernetes 1.33):
-//! - `plugin/pkg/auth/authorizer/rbac/rbac.go` ([`authorize`], [`rule_allows`], [`rules_for`]) and
-//!   `subject_locator.go` ([`allowed_subjects`]);
+//! - `plugin/pkg/auth/authorizer/rbac/rbac.go` ([`authorize`], [`rule_allows`], `rules_for`) and
+//!   `subject_locator.go` (`allowed_subjects`);
 //! - `pkg/registry/rbac/validation/rule.go` (which bindings apply to whom, the order rules are
 //!   visited in, the `RBAC: allowed by ...` reasons and the resolution errors that end up after
 //!   the forbidden message);
@@ -102,9 +102,19 @@ pub struct Policy<'a> {
 /// `authorizer.Decision` with the reason string the authorizer returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    Allow { reason: String },
-    Deny { reason: String },
-    NoOpinion { reason: String },
+    Allow {
+        reason: String,
+    },
+    #[allow(
+        dead_code,
+        reason = "RBAC never denies, only a webhook authorizer would; kept so that the decision and `access_review_status` stay upstream's three-valued ones"
+    )]
+    Deny {
+        reason: String,
+    },
+    NoOpinion {
+        reason: String,
+    },
 }
 
 impl Decision {
@@ -450,6 +460,7 @@ pub fn authorize_chain(attrs: &Attributes, policy: &Policy) -> Decision {
 /// `AllowedSubjects` (subject_locator.go): the subjects that may perform the request,
 /// `system:masters` first, and the resolution errors met on the way. Unlike upstream (which
 /// computes a deduplicated list and then returns the original), duplicates are removed.
+#[cfg(test)]
 pub fn allowed_subjects(attrs: &Attributes, policy: &Policy) -> (Vec<Value>, Option<String>) {
     let mut subjects: Vec<Value> = vec![json!({"kind": "Group", "apiGroup": RBAC_GROUP, "name": SYSTEM_MASTERS})];
     let mut errors = Vec::new();
@@ -921,6 +932,7 @@ pub fn authorize_impersonation(
 /// `ResourceRule`s (`verbs`, `apiGroups`, `resources`, `resourceNames`; empty lists omitted but
 /// `verbs`) for every applying rule with resources, and `NonResourceRule`s (`verbs`,
 /// `nonResourceURLs`) for every one with non-resource URLs, in visiting order, not merged.
+#[cfg(test)]
 pub fn rules_for(user: &UserInfo, namespace: &str, policy: &Policy) -> (Vec<Value>, Vec<Value>) {
     let (res, non_res, _) = rules_with_errors(user, namespace, policy);
     (res, non_res)

@@ -12,8 +12,9 @@
 //! and a Secret's `stringData` is merged into `data` (the v1 conversion).
 //!
 //! `prepare_for_create` holds what registry strategies do on create (status reset, generation
-//! 1, Pod QoS class, Namespace finalizer, Job selector) and `service_ip_families` the IP family
-//! fields the Service REST storage fills. Cluster IP allocation is not here.
+//! 1, Pod QoS class, Namespace finalizer, Job selector). The cluster IPs and IP family fields
+//! the Service REST storage fills are not here: they are set with the cluster IP
+//! (src/hooks.rs).
 
 use crate::builtin::quantity::parse_quantity_value;
 use base64::Engine;
@@ -462,7 +463,7 @@ fn replication_controller(obj: &mut Value) {
 }
 
 /// `SetDefaults_Service`. `ipFamilyPolicy`/`ipFamilies` are not defaults upstream (the REST
-/// storage sets them): see `service_ip_families`.
+/// storage sets them, src/hooks.rs does here).
 fn service(obj: &mut Value) {
     let Some(spec) = ensure_obj(obj, "spec") else { return };
     default_field(spec, "sessionAffinity", json!("None"));
@@ -515,22 +516,6 @@ fn service(obj: &mut Value) {
                 })
             });
         }
-    }
-}
-
-/// What the Service REST storage sets on a single-stack IPv4 cluster (as devcluster is):
-/// `ipFamilyPolicy: SingleStack` and `ipFamilies: [IPv4]` on every Service but ExternalName.
-/// Call it on create (and on an update that changes the type away from ExternalName).
-pub fn service_ip_families(obj: &mut Value) {
-    let Some(spec) = obj.get_mut("spec").filter(|s| s.is_object()) else { return };
-    if spec.get("type").and_then(Value::as_str) == Some("ExternalName") {
-        return;
-    }
-    default_field(spec, "ipFamilyPolicy", json!("SingleStack"));
-    if spec.get("ipFamilies").and_then(Value::as_array).is_none_or(Vec::is_empty)
-        && let Some(o) = spec.as_object_mut()
-    {
-        o.insert("ipFamilies".into(), json!(["IPv4"]));
     }
 }
 
@@ -1043,24 +1028,21 @@ mod tests {
 
     #[test]
     fn service_secret_namespace_networkpolicy_limitrange() {
-        let mut s = defaulted(
+        let s = defaulted(
             "",
             "Service",
             json!({"spec": {"selector": {"a": "b"}, "ports": [{"port": 80}, {"port": 443, "targetPort": "https"}]}}),
         );
-        service_ip_families(&mut s);
         assert_eq!(
             s["spec"],
             json!({"selector": {"a": "b"}, "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}, {"port": 443, "targetPort": "https", "protocol": "TCP"}],
-                   "sessionAffinity": "None", "type": "ClusterIP", "internalTrafficPolicy": "Cluster",
-                   "ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv4"]})
+                   "sessionAffinity": "None", "type": "ClusterIP", "internalTrafficPolicy": "Cluster"})
         );
         let lb = defaulted("", "Service", json!({"spec": {"type": "LoadBalancer", "sessionAffinity": "ClientIP"}}));
         assert_eq!(lb["spec"]["externalTrafficPolicy"], "Cluster");
         assert_eq!(lb["spec"]["allocateLoadBalancerNodePorts"], true);
         assert_eq!(lb["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"], 10800);
-        let mut en = defaulted("", "Service", json!({"spec": {"type": "ExternalName", "externalName": "x.com"}}));
-        service_ip_families(&mut en);
+        let en = defaulted("", "Service", json!({"spec": {"type": "ExternalName", "externalName": "x.com"}}));
         assert!(en["spec"].get("internalTrafficPolicy").is_none() && en["spec"].get("ipFamilies").is_none());
         let sec = defaulted("", "Secret", json!({"data": {"a": "eA=="}, "stringData": {"b": "hi", "a": "y"}}));
         assert_eq!(sec, json!({"data": {"a": "eQ==", "b": "aGk="}, "type": "Opaque"}));

@@ -782,6 +782,7 @@ pub static ATOMIC_STRUCTS: &[&str] = &[
 ];
 
 /// The extensions of one property, if the table has them.
+#[cfg(test)]
 pub fn lookup(def: &str, prop: &str) -> Option<&'static PatchMeta> {
     TABLE.binary_search_by(|m| (m.def, m.prop).cmp(&(def, prop))).ok().and_then(|i| TABLE.get(i))
 }

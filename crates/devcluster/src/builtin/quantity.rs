@@ -4,7 +4,7 @@
 //! and adds what only an API server needs: reading a quantity from decoded JSON, with the error
 //! as the message text a `Status` carries.
 
-pub use k8s_quantity::{ERR_FORMAT_WRONG, ERR_NUMERIC, ERR_SUFFIX, Format, ParseError, Quantity};
+pub use k8s_quantity::{ERR_FORMAT_WRONG, Format, Quantity};
 
 /// `resource.ParseQuantity`, the error as upstream's message (`quantities must match the
 /// regular expression ...`, `unable to parse quantity's suffix`).
@@ -26,6 +26,7 @@ pub fn parse_quantity_value(v: &serde_json::Value) -> Result<Option<Quantity>, S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_quantity::ERR_SUFFIX;
     use serde_json::json;
 
     #[test]

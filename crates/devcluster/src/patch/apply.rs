@@ -352,6 +352,7 @@ pub enum ApplyError {
 
 impl ApplyError {
     /// HTTP status code of the real apiserver's answer.
+    #[cfg(test)]
     pub fn status_code(&self) -> u16 {
         match self {
             ApplyError::Conflicts(_) => 409,
@@ -360,14 +361,7 @@ impl ApplyError {
         }
     }
 
-    /// The conflicts, for a 409.
-    pub fn conflicts(&self) -> Option<&[Conflict]> {
-        match self {
-            ApplyError::Conflicts(c) => Some(c),
-            _ => None,
-        }
-    }
-
+    #[cfg(test)]
     pub fn reason(&self) -> &'static str {
         match self {
             ApplyError::Conflicts(_) => "Conflict",
@@ -883,6 +877,7 @@ pub struct ApplyParams<'a> {
 /// configuration (duplicate or keyless list items) is applied as far as possible instead of a
 /// 500, and undecodable stored managed fields count as none. Prefer [`apply_with`].
 #[allow(clippy::too_many_arguments)]
+#[cfg(test)]
 pub fn apply(
     live: Option<&Value>,
     applied: &Value,

@@ -8,7 +8,7 @@
 //! *members* (owned paths) and *children* (sets below a path element). In `FieldsV1` a member
 //! without children is `{}` and a member that also has children carries `".": {}`.
 //!
-//! [`fields_of`] computes the set an applied configuration claims, exactly as
+//! `fields_of` computes the set an applied configuration claims, exactly as
 //! `TypedValue.ToFieldSet` does: scalars, atomic lists/maps, `null`s and empty maps are leaves;
 //! items of associative lists and entries of maps (not declared properties) are members
 //! themselves too. The schema gives list types (`x-kubernetes-list-type`,
@@ -309,19 +309,9 @@ impl FieldSet {
         }
     }
 
-    /// The members directly at this level.
-    pub fn members(&self) -> impl Iterator<Item = &PathElement> {
-        self.members.iter()
-    }
-
     /// The set below `pe` (`Set.WithPrefix`), if any.
     pub fn child(&self, pe: &PathElement) -> Option<&FieldSet> {
         self.children.get(pe)
-    }
-
-    /// The child sets, in order.
-    pub fn children(&self) -> impl Iterator<Item = (&PathElement, &FieldSet)> {
-        self.children.iter()
     }
 
     /// Every member path, in upstream's iteration order (a level's members, then its children).
@@ -390,6 +380,7 @@ impl FieldSet {
 
     /// Like [`FieldSet::difference`], but also drops everything below a member of `other`
     /// (`Set.RecursiveDifference`).
+    #[cfg(test)]
     pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
         let members = self.members.difference(&other.members).cloned().collect();
         let mut children = BTreeMap::new();
@@ -680,6 +671,7 @@ pub(crate) fn list_item_pe(list_ty: &Ty, kind: &ListKind, i: usize, item: &Value
 
 /// The fields an object (typically an applied configuration) sets, as
 /// `TypedValue.ToFieldSet` computes them with the object's schema.
+#[cfg(test)]
 pub fn fields_of(obj: &Value, schema: SchemaRef) -> FieldSet {
     let mut set = FieldSet::new();
     to_set(Ty::root(schema), obj, &mut Vec::new(), &mut set);
@@ -687,6 +679,7 @@ pub fn fields_of(obj: &Value, schema: SchemaRef) -> FieldSet {
 }
 
 /// [`fields_of`] without a schema (everything deduced).
+#[cfg(test)]
 pub fn fields_of_untyped(obj: &Value) -> FieldSet {
     let mut set = FieldSet::new();
     to_set(Ty::default(), obj, &mut Vec::new(), &mut set);

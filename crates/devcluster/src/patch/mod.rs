@@ -2,9 +2,9 @@
 //!
 //! - [`json_patch`], RFC 6902 JSON patch (`application/json-patch+json`) with the semantics of
 //!   the library the real apiserver uses (gopkg.in/evanphx/json-patch.v4), quirks included.
-//! - [`merge_patch`] (pure RFC 7386) and [`apply_merge_patch`] (`application/merge-patch+json`
+//! - `merge_patch` (pure RFC 7386) and [`apply_merge_patch`] (`application/merge-patch+json`
 //!   as the apiserver applies it, with its error for bodies that are not patches).
-//! - [`strategic_merge_patch`], for `application/strategic-merge-patch+json`
+//! - [`strategic::strategic_merge_patch`], for `application/strategic-merge-patch+json`
 //!   (k8s.io/apimachinery/pkg/util/strategicpatch), driven by the OpenAPI patch extensions.
 //! - [`fieldset`] and [`mod@apply`], server-side apply (`application/apply-patch+yaml`) and the
 //!   `metadata.managedFields` bookkeeping of every write (sigs.k8s.io/structured-merge-diff
@@ -20,13 +20,6 @@ pub mod fieldset;
 use crate::golike;
 pub mod strategic;
 
-pub use apply::{
-    ApplyError, ApplyParams, Conflict, ManagedFieldsEntry, Operation, apply, apply_with, conflict_causes,
-    conflict_message, decode_managed_fields, encode_managed_fields, manager_or_user_agent, record_update,
-};
-pub use fieldset::{FieldSet, PathElement, fields_of};
-pub use strategic::{strategic_merge_patch, strategic_merge_patch_untyped};
-
 /// The apiserver refuses JSON patches with more operations than this (413).
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10000;
 
@@ -36,7 +29,7 @@ pub const GENERIC_UNPROCESSABLE_MESSAGE: &str = "the server rejected our request
 
 /// Why a patch could not be applied. [`PatchError::code`], [`PatchError::reason`] and
 /// [`PatchError::message`] give the `Status` the real apiserver answers with; `Display` is the
-/// message. Variants whose real `Status` hides the cause keep it for logs ([`PatchError::detail`]).
+/// message. Variants whose real `Status` hides the cause keep it for logs (`PatchError::detail`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PatchError {
     /// 400 BadRequest: the JSON patch body does not decode as a list of operations. The message
@@ -110,6 +103,7 @@ impl PatchError {
 
     /// The underlying cause, worded like the Go library's error (useful in logs; for the 422s
     /// the real server does not send it to clients).
+    #[cfg(test)]
     pub fn detail(&self) -> String {
         match self {
             PatchError::JsonPatchTestFailed { detail, .. } | PatchError::JsonPatchMissingPath { detail, .. } => {
@@ -512,6 +506,7 @@ fn evanphx_equal(cur: &Value, exp: &Value) -> bool {
 
 /// RFC 7386 JSON merge patch, exactly as specified: objects merge recursively, `null` deletes
 /// a member, anything else replaces the target.
+#[cfg(test)]
 pub fn merge_patch(doc: &Value, patch: &Value) -> Value {
     match patch {
         Value::Object(p) => {
@@ -537,7 +532,7 @@ pub fn merge_patch(doc: &Value, patch: &Value) -> Value {
 /// `MergePatch`): a `null` or scalar body is 400 `Invalid JSON Patch`; an array body becomes
 /// the result (the apiserver then fails to decode it, which is the caller's 422); a value that
 /// lands where there was nothing (or where the target was not an object) has its `null`
-/// members removed recursively, unlike pure RFC 7386 ([`merge_patch`]).
+/// members removed recursively, unlike pure RFC 7386 (`merge_patch`).
 pub fn apply_merge_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
     match patch {
         Value::Object(p) => match doc {

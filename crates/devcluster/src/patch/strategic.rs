@@ -50,6 +50,7 @@ pub fn strategic_merge_patch(original: &Value, patch: &Value, schema: SchemaRef)
 
 /// [`strategic_merge_patch`] without any schema: maps merge, lists are replaced, directives are
 /// honoured (upstream's behaviour with empty patch metadata).
+#[cfg(test)]
 pub fn strategic_merge_patch_untyped(original: &Value, patch: &Value) -> Result<Value, PatchError> {
     run(original, patch, None)
 }

@@ -71,9 +71,6 @@ use base64::prelude::{BASE64_STANDARD, Engine as _};
 use serde_json::{Map, Number, Value};
 use std::fmt;
 
-/// The media type of Kubernetes protobuf bodies.
-pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
-
 /// The magic prefix of every Kubernetes protobuf body: `k8s` and a NUL byte.
 pub const MAGIC: &[u8; 4] = b"k8s\x00";
 
@@ -223,6 +220,7 @@ impl DecodeError {
     }
 
     /// What went wrong.
+    #[cfg(test)]
     pub fn kind(&self) -> &DecodeErrorKind {
         &self.kind
     }
@@ -312,11 +310,12 @@ fn err<T>(kind: DecodeErrorKind) -> Result<T> {
 /// see k8s.io/apimachinery/pkg/runtime/serializer/protobuf) into the object's JSON, as the
 /// apiserver would have decoded the equivalent JSON: camelCase field names exactly as the Go json
 /// tags (volumeID, podIP, hostIPC, ...), with `apiVersion` and `kind` from the envelope.
+#[cfg(test)]
 pub fn decode(body: &[u8]) -> std::result::Result<Value, DecodeError> {
     decode_with_defaults(body, "", "")
 }
 
-/// [`decode`], filling an empty envelope `apiVersion` or `kind` from the ones the request URL
+/// `decode`, filling an empty envelope `apiVersion` or `kind` from the ones the request URL
 /// implies, as the apiserver's protobuf serializer does (`copyKindDefaults`). Empty defaults
 /// fill nothing.
 pub fn decode_with_defaults(
@@ -337,11 +336,13 @@ pub fn decode_with_defaults(
 }
 
 /// Whether a (apiVersion, kind) is known to the decoder.
+#[cfg(test)]
 pub fn supports(api_version: &str, kind: &str) -> bool {
     lookup_kind(api_version, kind).is_some()
 }
 
 /// Every (apiVersion, kind) the decoder knows, sorted.
+#[cfg(test)]
 pub fn supported_kinds() -> impl Iterator<Item = (&'static str, &'static str)> {
     table::KINDS.iter().map(|(v, k, _)| (*v, *k))
 }
