@@ -49,11 +49,11 @@
 //!
 //! Resources (CPU, memory) are not limited; the processes run as devcluster's user.
 
-pub mod logs;
-pub mod process;
+pub(crate) mod logs;
+pub(crate) mod process;
 pub mod spec;
-pub mod stream;
-pub mod volumes;
+pub(crate) mod stream;
+pub(crate) mod volumes;
 mod worker;
 
 use crate::cluster::Cluster;
