@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The module graph of devcluster's src/: for each top-level module, the sibling modules its
 files name as `crate::x`; prints the largest strongly connected component (modules that all
-reach each other), each member's in/out edges within it, and the layers of the condensed graph.
+reach each other; or that no module is in a cycle), each member's in/out edges within it, and
+the layers of the condensed graph.
 
     python3 crates/devcluster/tools/module_cycles.py            # every use, unit tests included
     python3 crates/devcluster/tools/module_cycles.py notests    # code before the first #[cfg(test)]
@@ -49,10 +50,10 @@ def sc(v):
         sccs.append(s)
 for v in sorted(mods):
     if v not in idx: sc(v)
-sccs.sort(key=len,reverse=True)
-big=set(sccs[0])
-print('modules',len(mods),'largest SCC',len(big))
-print(sorted(big))
+sccs.sort(key=lambda s:(-len(s),sorted(s)))
+big=set(sccs[0]) if len(sccs[0])>1 else set()
+print('modules',len(mods),'largest SCC',len(sccs[0]))
+print(sorted(big) if big else 'no module is in a cycle')
 print('others nontrivial', [s for s in sccs[1:] if len(s)>1])
 indeg=collections.Counter()
 for m in big:
