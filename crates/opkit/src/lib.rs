@@ -18,8 +18,7 @@
 //!   the [`reconcile::Kit`] each reconcile writes with;
 //! - [`status`]: the typed status writer;
 //! - [`clock`]: the time, which tests can move forward;
-//! - [`error`]: the error type of all of them;
-//! - [`testing`]: for the end-to-end tests, the workspace's binaries as its test build makes them.
+//! - [`error`]: the error type of all of them.
 //!
 //! Everything talks to the cluster through a `kube::Client`, so the tests run against
 //! devcluster exactly as production runs against a real API server.
@@ -36,7 +35,6 @@ pub mod leader;
 pub mod process;
 pub mod reconcile;
 pub mod status;
-pub mod testing;
 
 pub use error::{Error, Result};
 

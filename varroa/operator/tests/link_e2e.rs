@@ -50,14 +50,12 @@ struct Bins {
 }
 
 /// `varroa-mite`, `varroa-jenkins-double`, `varroa` (the CLI) and `varroa-gateway`, as the workspace's test build
-/// makes them ([`opkit::testing::workspace_bins`]), once per test process.
+/// makes them ([`optest::bins::workspace_bins`]), once per test process.
 fn bins() -> &'static Bins {
     static BINS: OnceLock<Bins> = OnceLock::new();
     BINS.get_or_init(|| {
-        let mut bins = opkit::testing::workspace_bins(
-            Path::new(env!("CARGO_MANIFEST_DIR")),
-            &["varroa-mite", "varroa-jenkins-double", "varroa", "varroa-gateway"],
-        );
+        let mut bins =
+            optest::bins::workspace_bins(&["varroa-mite", "varroa-jenkins-double", "varroa", "varroa-gateway"]);
         let mut take = |name: &str| bins.remove(name).expect("workspace_bins returns every name");
         Bins {
             mite: take("varroa-mite"),

@@ -2,12 +2,7 @@
 //! Connected through their real mites (devcluster's process runtime runs the Jenkins pods, with
 //! NATS and the gateway beside them), and nothing it started is left running afterwards.
 
-use std::path::PathBuf;
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// Whether a process runs (a zombie, reaped by nobody yet, does not count).
 fn running(pid: &str) -> bool {
@@ -20,20 +15,17 @@ fn running(pid: &str) -> bool {
 fn demo_brings_previews_to_ready_and_controllers_to_connected_and_cleans_up() {
     // The demo runs the workspace's binaries, from the workspace's test build (the one
     // `make test` made: fresh, this builds nothing).
-    let bins = opkit::testing::workspace_bins(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
-        &[
-            "devcluster",
-            "vesper-operator",
-            "vesperctl",
-            "varroa-operator",
-            "varroa",
-            "varroa-gateway",
-            "varroa-mite",
-            "varroa-jenkins-double",
-            "varroa-recorder",
-        ],
-    );
+    let bins = optest::bins::workspace_bins(&[
+        "devcluster",
+        "vesper-operator",
+        "vesperctl",
+        "varroa-operator",
+        "varroa",
+        "varroa-gateway",
+        "varroa-mite",
+        "varroa-jenkins-double",
+        "varroa-recorder",
+    ]);
     let dir = tempfile::tempdir().expect("tempdir");
     // The binaries are found through CARGO_TARGET_DIR (here a link to this build's target
     // directory, so that the path the demo names is this one), and the default port, taken by
@@ -44,8 +36,8 @@ fn demo_brings_previews_to_ready_and_controllers_to_connected_and_cleans_up() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
     let taken = taken.local_addr().expect("its address").to_string();
     let demo_dir = dir.path().join("demo");
-    let out = Command::new(repo().join("scripts/demo.sh"))
-        .current_dir(repo())
+    let out = Command::new(optest::root().join("scripts/demo.sh"))
+        .current_dir(optest::root())
         .env("DEMO_EXIT_AFTER_SETUP", "1")
         .env("DEMO_DIR", &demo_dir)
         .env_remove("DEVCLUSTER_LISTEN")

@@ -8,7 +8,8 @@
 //! a test spent minutes of its time-out on a compiler. [`workspace_bins`] asks for the build
 //! `cargo nextest run --workspace` (and `make test`) already made, `cargo test --no-run
 //! --workspace`, and reads the binaries' paths from cargo's own messages: when the build is
-//! fresh it costs a second and the binaries are exactly the ones the other tests run.
+//! fresh it costs a second and the binaries are exactly the ones the other tests run. (This was
+//! opkit's `testing` module.)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,11 +17,10 @@ use std::process::Command;
 
 /// The executables of the workspace's binary targets named in `names` (`devcluster`,
 /// `varroa-mite`, ...), built by `cargo test --no-run --workspace` into the target directory and
-/// profile of the calling test binary, from the workspace that holds `manifest_dir` (pass
-/// `env!("CARGO_MANIFEST_DIR")`). Cargo's own lock on the target directory serialises this with
+/// profile of the calling test binary, from this workspace. Cargo's own lock on the target directory serialises this with
 /// any other build. Panics, with cargo's output, when the build fails or a name is not a binary
 /// of the workspace: this is for tests.
-pub fn workspace_bins(manifest_dir: &Path, names: &[&str]) -> BTreeMap<String, PathBuf> {
+pub fn workspace_bins(names: &[&str]) -> BTreeMap<String, PathBuf> {
     let exe = std::env::current_exe().expect("the test binary's path");
     // <target>/<profile dir>/deps/<test binary>
     let profile_dir = exe.parent().and_then(Path::parent).expect("the test binary is in <target>/<profile>/deps");
@@ -48,7 +48,7 @@ pub fn workspace_bins(manifest_dir: &Path, names: &[&str]) -> BTreeMap<String, P
             cmd.env_remove(&key);
         }
     }
-    cmd.current_dir(manifest_dir)
+    cmd.current_dir(crate::root())
         .args(["test", "--no-run", "--workspace", "--message-format=json-render-diagnostics"])
         .arg("--target-dir")
         .arg(target_dir);
