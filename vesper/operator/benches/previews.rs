@@ -12,12 +12,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::api::{Api, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, CustomResourceExt, ResourceExt};
-use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
+use optest::process::{Proc, Spawn};
+use optest::secs;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vesper_api::{Phase, PreviewEnvironment};
 use vesper_operator::Config;
 
@@ -36,117 +35,40 @@ fn preview(i: usize) -> PreviewEnvironment {
 }
 
 async fn cluster() -> DevCluster {
-    let dc = DevCluster::start_with(Options { nodes: 3, ..Default::default() }).await.expect("devcluster starts");
+    let dc = optest::cluster::start(Options { nodes: 3, ..Default::default() }).await;
     let client = dc.client();
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(client.clone());
-    crds.create(&PostParams::default(), &PreviewEnvironment::crd()).await.expect("CRD created");
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in ["team-a", "ingress-nginx"] {
-        let n = Namespace {
-            metadata: kube::api::ObjectMeta { name: Some(ns.into()), ..Default::default() },
-            ..Default::default()
-        };
-        namespaces.create(&PostParams::default(), &n).await.expect("namespace created");
-    }
-    // The CRD is served once Established.
-    let pes: Api<PreviewEnvironment> = Api::all(client);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pes.list(&Default::default()).await.is_err() {
-        assert!(Instant::now() < deadline, "the CRD was not served within 30s");
-        tokio::task::yield_now().await;
-    }
+    optest::cluster::install_crds(&client, &[PreviewEnvironment::crd()]).await;
+    optest::cluster::create_namespaces(&client, &["team-a", "ingress-nginx"]).await;
     dc
 }
 
-/// The operator binary as a child process, killed on drop.
-struct Operator {
-    child: Child,
-    health: std::net::SocketAddr,
-    _dir: tempfile::TempDir,
+/// The operator binary as a child process (the admin's kubeconfig), ready; killed on drop.
+async fn start_operator(dc: &DevCluster) -> Proc {
+    Spawn::new(env!("CARGO_BIN_EXE_vesper-operator"), "vesper-operator")
+        .args(["--preview-domain", DOMAIN, "--ingress-class", "nginx"])
+        .listen(&["--metrics-addr", "--health-addr"])
+        .kubeconfig(&dc.kubeconfig_path())
+        .warnings_to_terminal()
+        .spawn_ready(Duration::from_secs(30))
+        .await
 }
 
-impl Operator {
-    async fn start(dc: &DevCluster) -> Operator {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let kubeconfig = dir.path().join("kubeconfig");
-        dc.write_kubeconfig(&kubeconfig).expect("kubeconfig written");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
-        let child = Command::new(env!("CARGO_BIN_EXE_vesper-operator"))
-            .args(["--preview-domain", DOMAIN, "--ingress-class", "nginx", "--metrics-addr"])
-            .arg(port.to_string())
-            .arg("--health-addr")
-            .arg(port.to_string())
-            .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the operator starts");
-        let op = Operator { child, health: port, _dir: dir };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(body) = op.get("/readyz").await
-                && body.starts_with("HTTP/1.1 200")
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the operator was not ready within 30s");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        op
-    }
+/// API writes the operator made: the sum of `vesper_apply_total` over all outcomes but
+/// `unchanged`.
+async fn writes(op: &Proc) -> u64 {
+    let s = op.scrape().await;
+    (s.sum("vesper_apply_total", &[]) - s.sum("vesper_apply_total", &["outcome=\"unchanged\""])) as u64
+}
 
-    async fn get(&self, path: &str) -> std::io::Result<String> {
-        let mut s = tokio::net::TcpStream::connect(self.health).await?;
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok(out)
-    }
-
-    /// API writes the operator made: the sum of `vesper_apply_total` over all outcomes but
-    /// `unchanged`.
-    async fn writes(&self) -> u64 {
-        self.sum(|l| l.starts_with("vesper_apply_total{") && !l.contains("outcome=\"unchanged\"")).await as u64
-    }
-
-    /// The sum of the metric samples `which` selects.
-    async fn sum(&self, which: impl Fn(&str) -> bool) -> f64 {
-        let body = self.get("/metrics").await.expect("metrics scraped");
-        body.lines().filter(|l| which(l)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>()
-    }
-
-    /// Requests the operator sent (`vesper_api_requests_total`), by verb, and reconciles.
-    async fn requests(&self) -> Requests {
-        let verb = |v: &'static str| {
-            move |l: &str| l.starts_with("vesper_api_requests_total{") && l.contains(&format!("verb=\"{v}\""))
-        };
-        Requests {
-            gets: self.sum(verb("get")).await,
-            lists: self.sum(verb("list")).await,
-            writes: self
-                .sum(|l| {
-                    l.starts_with("vesper_api_requests_total{")
-                        && ["create", "update", "patch", "delete"].iter().any(|v| l.contains(&format!("verb=\"{v}\"")))
-                })
-                .await,
-            reconciles: self.sum(|l| l.starts_with("vesper_reconciles_total{")).await,
-        }
-    }
-
-    /// (current RSS, peak RSS) in MiB, from /proc.
-    fn memory(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc status");
-        let kib = |key: &str| -> f64 {
-            status
-                .lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+/// Requests the operator sent (`vesper_api_requests_total`), by verb, and reconciles.
+async fn requests(op: &Proc) -> Requests {
+    let s = op.scrape().await;
+    let verb = |v: &str| s.sum("vesper_api_requests_total", &[&format!("verb=\"{v}\"")]);
+    Requests {
+        gets: verb("get"),
+        lists: verb("list"),
+        writes: ["create", "update", "patch", "delete"].iter().map(|v| verb(v)).sum(),
+        reconciles: s.sum("vesper_reconciles_total", &[]),
     }
 }
 
@@ -182,54 +104,24 @@ impl Requests {
     }
 }
 
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Wait until `n` previews are Ready; returns when the last one is.
 async fn all_ready(client: Client, n: usize) {
     let api: Api<PreviewEnvironment> = Api::all(client);
-    let mut ready = BTreeSet::new();
-    let mut stream = watcher(api, watcher::Config::default()).applied_objects().boxed();
-    let wait = async {
-        while let Some(pe) = stream.try_next().await.expect("watching previews") {
-            if pe.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready) {
-                ready.insert(pe.name_any());
-                if ready.len() == n {
-                    return;
-                }
-            }
-        }
-    };
-    tokio::time::timeout(TIMEOUT, wait).await.expect("all previews Ready in time");
+    let ready = |pe: &PreviewEnvironment| pe.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready);
+    optest::wait::until_count(api, watcher::Config::default(), n, TIMEOUT, "previews Ready", ready).await;
 }
 
 /// Wait until `n` Deployments are Available.
 async fn all_available(client: Client, n: usize) {
     let api: Api<Deployment> = Api::all(client);
-    let mut ready = BTreeSet::new();
-    let mut stream = watcher(api, watcher::Config::default().labels("app.kubernetes.io/managed-by=vesper"))
-        .applied_objects()
-        .boxed();
-    let wait = async {
-        while let Some(d) = stream.try_next().await.expect("watching deployments") {
-            let available = d
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Available" && c.status == "True"));
-            if available {
-                ready.insert(d.namespace().unwrap_or_default());
-                if ready.len() == n {
-                    return;
-                }
-            }
-        }
+    let available = |d: &Deployment| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Available" && c.status == "True"))
     };
-    tokio::time::timeout(TIMEOUT, wait).await.expect("all deployments Available in time");
+    let cfg = watcher::Config::default().labels("app.kubernetes.io/managed-by=vesper");
+    optest::wait::until_count(api, cfg, n, TIMEOUT, "Deployments Available", available).await;
 }
 
 /// Create `n` previews, at most CONCURRENCY at a time (a burst of CI jobs).
@@ -280,14 +172,6 @@ fn config() -> Config {
     Config { preview_domain: Some(DOMAIN.into()), ingress_class: Some("nginx".into()), ..Config::default() }
 }
 
-fn secs(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-    } else {
-        format!("{:.2} s", d.as_secs_f64())
-    }
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -317,7 +201,7 @@ async fn main() {
         // Through the operator.
         let dc = cluster().await;
         let client = dc.client();
-        let op = Operator::start(&dc).await;
+        let op = start_operator(&dc).await;
         let rv0 = dc.cluster().store.current_rv();
         let t = Instant::now();
         let waiter = tokio::spawn(all_ready(client.clone(), n));
@@ -325,11 +209,11 @@ async fn main() {
         waiter.await.expect("waiter");
         let through = t.elapsed();
         let total_writes = (dc.cluster().store.current_rv() - rv0) as f64 / n as f64;
-        let op_writes = op.writes().await as f64 / n as f64;
-        let provisioning = op.requests().await;
+        let op_writes = writes(&op).await as f64 / n as f64;
+        let provisioning = requests(&op).await;
         // Reconcile every preview again with nothing to change (an annotation on each wakes it):
         // what an unchanged preview costs.
-        let before = op.requests().await;
+        let before = requests(&op).await;
         let pes: Api<PreviewEnvironment> = Api::namespaced(client.clone(), "team-a");
         let touch = kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {"bench/touch": "1"}}}));
         futures::stream::iter(0..n)
@@ -341,15 +225,12 @@ async fn main() {
             .try_collect::<Vec<_>>()
             .await
             .expect("previews annotated");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let steady = loop {
-            let now = op.requests().await.since(before);
-            if now.reconciles >= n as f64 {
-                break now;
-            }
-            assert!(Instant::now() < deadline, "the previews were not reconciled again within 60s");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let steady = optest::wait::poll(Duration::from_secs(60), Duration::from_millis(50), || async {
+            let now = requests(&op).await.since(before);
+            (now.reconciles >= n as f64).then_some(now)
+        })
+        .await
+        .expect("the previews were reconciled again within 60s");
         drop(op);
         dc.shutdown();
 
@@ -375,14 +256,14 @@ async fn main() {
     // Memory with 1,000 previews.
     let dc = cluster().await;
     let client = dc.client();
-    let op = Operator::start(&dc).await;
-    let (idle, _) = op.memory();
+    let op = start_operator(&dc).await;
+    let (idle, _) = op.memory().mib();
     let waiter = tokio::spawn(all_ready(client.clone(), 1000));
     let t = Instant::now();
     create_previews(&client, 0..1000).await;
     waiter.await.expect("waiter");
     let took = t.elapsed();
-    let (rss, peak) = op.memory();
+    let (rss, peak) = op.memory().mib();
     rows.push(("operator RSS, idle (no previews)".into(), format!("{idle:.1} MiB"), "-".into()));
     rows.push((
         format!("operator RSS with 1,000 Ready previews (peak), all Ready in {}", secs(took)),

@@ -18,79 +18,30 @@ mod support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
+use optest::kubectl::Kubectl;
 use serde_json::{Value, json};
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use support::{Env, cluster_options, config};
 
 const IMAGE: &str = "registry.example.com/app:pr-1";
 const OPERATOR: &str = "system:serviceaccount:vesper-system:vesper-operator";
 const POLICY: &str = "vesper-operator-scope";
 
-fn repo() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    p.canonicalize().unwrap_or(p)
+/// As the operator: refused by the policy with `message` (the whole upstream wording).
+async fn denied(k: &Kubectl, args: &[&str], message: &str) {
+    let mut all = vec!["--as", OPERATOR];
+    all.extend_from_slice(args);
+    let out = k.run(&all).await;
+    let want =
+        format!("is forbidden: ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request: {message}");
+    assert!(!out.success() && out.stderr.contains(&want), "should be denied with\n  {want}\nbut: {out}");
 }
 
-/// `kubectl` against the test's cluster, as the admin or (with `as_operator`) as the operator.
-struct Kubectl {
-    kubeconfig: PathBuf,
-    dir: tempfile::TempDir,
-}
-
-impl Kubectl {
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", self.dir.path())
-            .arg(format!("--cache-dir={}", self.dir.path().join("cache").display()))
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .expect("kubectl runs (it is installed at /usr/bin/kubectl)")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = tokio::task::block_in_place(|| self.run(args));
-        assert!(
-            out.status.success(),
-            "kubectl {} failed:\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// As the operator: refused by the policy with `message` (the whole upstream wording).
-    fn denied(&self, args: &[&str], message: &str) {
-        let mut all = vec!["--as", OPERATOR];
-        all.extend_from_slice(args);
-        let out = tokio::task::block_in_place(|| self.run(&all));
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let want = format!(
-            "is forbidden: ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request: {message}"
-        );
-        assert!(
-            !out.status.success() && stderr.contains(&want),
-            "kubectl {} should be denied with\n  {want}\nbut printed:\n{}{stderr}",
-            all.join(" "),
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-
-    /// As the operator, and allowed.
-    fn allowed(&self, args: &[&str]) -> String {
-        let mut all = vec!["--as", OPERATOR];
-        all.extend_from_slice(args);
-        self.ok(&all)
-    }
-
-    fn write(&self, name: &str, content: &str) -> String {
-        let p = self.dir.path().join(name);
-        std::fs::write(&p, content).expect("write a manifest");
-        p.display().to_string()
-    }
+/// As the operator, and allowed.
+async fn allowed(k: &Kubectl, args: &[&str]) -> String {
+    let mut all = vec!["--as", OPERATOR];
+    all.extend_from_slice(args);
+    k.ok(&all).await.stdout
 }
 
 fn namespace_yaml(name: &str, labels: &[(&str, &str)]) -> String {
@@ -110,9 +61,9 @@ const RESTRICTED: [(&str, &str); 6] = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admission_policy_confines_the_operator_which_still_serves_previews() {
     let mut env = Env::cluster(cluster_options()).await;
-    let k = Kubectl { kubeconfig: env.dc.kubeconfig_path(), dir: tempfile::tempdir().expect("tempdir") };
-    let policy = repo().join("deploy/vesper/admission-policy.yaml").display().to_string();
-    k.ok(&["apply", "-f", &policy]);
+    let k = Kubectl::new(env.dc.kubeconfig_path());
+    let policy = optest::repo("deploy/vesper/admission-policy.yaml").display().to_string();
+    k.ok(&["apply", "-f", &policy]).await;
 
     // The operator, as its ServiceAccount, under the policy: a preview becomes Ready (its status
     // and Events are written in team-a, its objects in its managed namespace).
@@ -128,16 +79,16 @@ async fn the_admission_policy_confines_the_operator_which_still_serves_previews(
     let outside = "only in the namespaces it manages (named vesper-* and labelled app.kubernetes.io/managed-by=vesper)";
     for target in ["default", "team-a", "vesper-system"] {
         let msg = format!("the Vesper operator may not CREATE deployments in namespace {target}: {outside}");
-        k.denied(&["create", "deployment", "x", "--image=nginx:1.27", "-n", target], &msg);
-        k.denied(&["create", "deployment", "x", "--image=nginx:1.27", "-n", target, "--dry-run=server"], &msg);
+        denied(&k, &["create", "deployment", "x", "--image=nginx:1.27", "-n", target], &msg).await;
+        denied(&k, &["create", "deployment", "x", "--image=nginx:1.27", "-n", target, "--dry-run=server"], &msg).await;
     }
     let svc = format!("the Vesper operator may not CREATE services in namespace default: {outside}");
-    k.denied(&["create", "service", "clusterip", "x", "--tcp=80:80", "-n", "default"], &svc);
+    denied(&k, &["create", "service", "clusterip", "x", "--tcp=80:80", "-n", "default"], &svc).await;
     // A namespace with Vesper's label but not its prefix is not managed either.
-    k.ok(&["create", "namespace", "lookalike"]);
-    k.ok(&["label", "namespace", "lookalike", "app.kubernetes.io/managed-by=vesper"]);
+    k.ok(&["create", "namespace", "lookalike"]).await;
+    k.ok(&["label", "namespace", "lookalike", "app.kubernetes.io/managed-by=vesper"]).await;
     let msg = format!("the Vesper operator may not CREATE deployments in namespace lookalike: {outside}");
-    k.denied(&["create", "deployment", "x", "--image=nginx:1.27", "-n", "lookalike"], &msg);
+    denied(&k, &["create", "deployment", "x", "--image=nginx:1.27", "-n", "lookalike"], &msg).await;
 
     // Namespaces: only `vesper-*` with Vesper's label, before and after, at `restricted`/latest.
     let names =
@@ -145,12 +96,14 @@ async fn the_admission_policy_confines_the_operator_which_still_serves_previews(
     let mut managed = vec![("app.kubernetes.io/managed-by", "vesper")];
     managed.extend(RESTRICTED);
     let f = k.write("evil.yaml", &namespace_yaml("evil", &managed));
-    k.denied(&["create", "-f", &f], &format!("the Vesper operator may not CREATE namespace evil: {names}"));
+    denied(&k, &["create", "-f", &f], &format!("the Vesper operator may not CREATE namespace evil: {names}")).await;
     let f = k.write("unlabelled.yaml", &namespace_yaml("vesper-unlabelled", &RESTRICTED));
-    k.denied(
+    denied(
+        &k,
         &["create", "-f", &f],
         &format!("the Vesper operator may not CREATE namespace vesper-unlabelled: {names}"),
-    );
+    )
+    .await;
     let psa = |name: &str, op: &str| {
         format!(
             "the Vesper operator may not {op} namespace {name} with a Pod Security level other than restricted at version latest"
@@ -159,13 +112,13 @@ async fn the_admission_policy_confines_the_operator_which_still_serves_previews(
     let mut privileged = managed.clone();
     privileged[1] = ("pod-security.kubernetes.io/enforce", "privileged");
     let f = k.write("privileged.yaml", &namespace_yaml("vesper-privileged", &privileged));
-    k.denied(&["create", "-f", &f], &psa("vesper-privileged", "CREATE"));
+    denied(&k, &["create", "-f", &f], &psa("vesper-privileged", "CREATE")).await;
     let mut pinned = managed.clone();
     pinned[2] = ("pod-security.kubernetes.io/enforce-version", "v1.24");
     let f = k.write("pinned.yaml", &namespace_yaml("vesper-pinned", &pinned));
-    k.denied(&["create", "-f", &f], &psa("vesper-pinned", "CREATE"));
+    denied(&k, &["create", "-f", &f], &psa("vesper-pinned", "CREATE")).await;
     let f = k.write("noenforce.yaml", &namespace_yaml("vesper-noenforce", &managed[..1]));
-    k.denied(&["create", "-f", &f], &psa("vesper-noenforce", "CREATE"));
+    denied(&k, &["create", "-f", &f], &psa("vesper-noenforce", "CREATE")).await;
     // Relabelling the preview's namespace: out of restricted, to a pinned version, audit or warn
     // lowered, the enforce label removed, or out of Vesper's hands.
     let lower = [
@@ -177,42 +130,44 @@ async fn the_admission_policy_confines_the_operator_which_still_serves_previews(
         "pod-security.kubernetes.io/enforce-",
     ];
     for change in lower {
-        k.denied(&["label", "namespace", &ns, change, "--overwrite"], &psa(&ns, "UPDATE"));
+        denied(&k, &["label", "namespace", &ns, change, "--overwrite"], &psa(&ns, "UPDATE")).await;
     }
     for change in ["app.kubernetes.io/managed-by-", "app.kubernetes.io/managed-by=someone-else"] {
-        k.denied(
+        denied(
+            &k,
             &["label", "namespace", &ns, change, "--overwrite"],
             &format!("the Vesper operator may not UPDATE namespace {ns}: {names}"),
-        );
+        )
+        .await;
     }
     // Namespaces Vesper does not manage: neither changed nor deleted, nor adopted.
     for target in ["default", "team-a", "vesper-system"] {
         let msg = format!("the Vesper operator may not UPDATE namespace {target}: {names}");
-        k.denied(&["label", "namespace", target, "owned=yes"], &msg);
-        k.denied(&["label", "namespace", target, "app.kubernetes.io/managed-by=vesper"], &msg);
+        denied(&k, &["label", "namespace", target, "owned=yes"], &msg).await;
+        denied(&k, &["label", "namespace", target, "app.kubernetes.io/managed-by=vesper"], &msg).await;
         let msg = format!("the Vesper operator may not DELETE namespace {target}: {names}");
-        k.denied(&["delete", "namespace", target, "--wait=false"], &msg);
+        denied(&k, &["delete", "namespace", target, "--wait=false"], &msg).await;
     }
     // The namespace is untouched.
-    let labels = k.ok(&["get", "namespace", &ns, "-o", "jsonpath={.metadata.labels}"]);
+    let labels = k.ok(&["get", "namespace", &ns, "-o", "jsonpath={.metadata.labels}"]).await.stdout;
     let labels: Value = serde_json::from_str(&labels).expect("labels as JSON");
     assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
     assert_eq!(labels["app.kubernetes.io/managed-by"], "vesper");
 
     // What it may do: in its managed namespace, a (dry-run) Deployment; its Lease; a compliant
     // managed namespace (dry run); harmless relabelling that keeps everything.
-    k.allowed(&["create", "deployment", "x", "--image=nginx:1.27", "-n", &ns, "--dry-run=server"]);
+    allowed(&k, &["create", "deployment", "x", "--image=nginx:1.27", "-n", &ns, "--dry-run=server"]).await;
     let lease = k.write(
         "lease.yaml",
         "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: probe\n  namespace: vesper-system\nspec:\n  holderIdentity: probe\n",
     );
-    k.allowed(&["create", "-f", &lease]);
+    allowed(&k, &["create", "-f", &lease]).await;
     let f = k.write("ok.yaml", &namespace_yaml("vesper-ok", &managed));
-    k.allowed(&["create", "-f", &f, "--dry-run=server"]);
-    k.allowed(&["label", "namespace", &ns, "pod-security.kubernetes.io/warn=restricted", "--overwrite"]);
+    allowed(&k, &["create", "-f", &f, "--dry-run=server"]).await;
+    allowed(&k, &["label", "namespace", &ns, "pod-security.kubernetes.io/warn=restricted", "--overwrite"]).await;
     // The policy binds the operator only: the admin does all of the above.
-    k.ok(&["create", "deployment", "x", "--image=nginx:1.27", "-n", "default"]);
-    k.ok(&["label", "namespace", "lookalike", "pod-security.kubernetes.io/enforce=privileged"]);
+    k.ok(&["create", "deployment", "x", "--image=nginx:1.27", "-n", "default"]).await;
+    k.ok(&["label", "namespace", "lookalike", "pod-security.kubernetes.io/enforce=privileged"]).await;
 
     // Deleting the preview deletes its namespace (the operator's DELETE is allowed).
     env.previews().delete("shop", &Default::default()).await.expect("delete the preview");
@@ -225,7 +180,7 @@ async fn the_admission_policy_confines_the_operator_which_still_serves_previews(
 #[test]
 fn the_chart_renders_the_same_policy() {
     let plain: Vec<Value> = serde_saphyr::from_multiple(
-        &std::fs::read_to_string(repo().join("deploy/vesper/admission-policy.yaml")).expect("read the policy"),
+        &std::fs::read_to_string(optest::repo("deploy/vesper/admission-policy.yaml")).expect("read the policy"),
     )
     .expect("YAML");
     let plain: Vec<Value> = plain.into_iter().filter(|d| !d.is_null()).collect();
@@ -240,7 +195,7 @@ fn the_chart_renders_the_same_policy() {
     let home = tempfile::tempdir().expect("tempdir");
     let render = |extra: &[&str]| -> Vec<Value> {
         let out = Command::new(&helm)
-            .current_dir(repo())
+            .current_dir(optest::root())
             .env("HELM_CACHE_HOME", home.path().join("cache"))
             .env("HELM_CONFIG_HOME", home.path().join("config"))
             .env("HELM_DATA_HOME", home.path().join("data"))

@@ -17,25 +17,23 @@
 use clap::{CommandFactory, Parser};
 use devcluster::DevCluster;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::wait::await_condition;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use optest::install::{
+    Expect, check_build_context, check_deployment, check_documents, check_namespace, check_service_and_pdb,
+};
+use optest::kubectl::Kubectl;
+use optest::manifests::{find, typed, yaml_docs, yaml_file};
+use optest::process::{Proc, Spawn, logs};
+use optest::replicas::{Replicas, Turn};
+use optest::{blocking, read};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 use vesper_api::{Phase, PreviewEnvironment};
 
-/// How long any one wait may take (generous: tests run in parallel on a small machine).
-const WAIT: Duration = Duration::from_secs(90);
 /// The operator's namespace in deploy/vesper/.
 const NS: &str = "vesper-system";
 /// The operator's ServiceAccount (and Deployment) in deploy/vesper/.
@@ -60,58 +58,9 @@ fn parse_flags(args: &[String]) -> Result<vesper_operator::Config, clap::Error> 
 // ---------------------------------------------------------------------------------------------
 // Files and YAML
 
-fn repo() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    p.canonicalize().unwrap_or(p)
-}
-
-fn read(rel: &str) -> String {
-    let p = repo().join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-}
-
-/// Every document of a YAML stream (empty ones, such as a leading comment, left out).
-fn yaml_docs(what: &str, text: &str) -> Vec<Value> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap_or_else(|e| panic!("{what}: not YAML: {e}"));
-    docs.into_iter().filter(|d| !d.is_null()).collect()
-}
-
-fn yaml_file(rel: &str) -> Vec<Value> {
-    yaml_docs(rel, &read(rel))
-}
-
-/// The one document of this kind.
-fn find<'a>(what: &str, docs: &'a [Value], kind: &str) -> &'a Value {
-    let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
-    assert_eq!(found.len(), 1, "{what}: expected one {kind}, found {}", found.len());
-    found[0]
-}
-
-/// The object as its Rust type, which must know every field (a typo would be dropped silently
-/// by the API server's non-strict decoding).
-fn typed<K: Serialize + DeserializeOwned>(what: &str, v: &Value) -> K {
-    let k: K = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: {e}\n{v:#}"));
-    let back = serde_json::to_value(&k).expect("serialize");
-    assert_eq!(back, *v, "{what}: has fields its type does not know (a typo?) or values of the wrong shape");
-    k
-}
-
 /// `a.b.c` in a JSON value.
 fn at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(v, |v, k| v.get(k))
-}
-
-/// The files of deploy/vesper/, in the order `kubectl apply -f deploy/vesper/` takes them.
-fn manifest_files() -> Vec<String> {
-    let mut files: Vec<String> = std::fs::read_dir(repo().join("deploy/vesper"))
-        .expect("deploy/vesper")
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json"))
-        .map(|n| format!("deploy/vesper/{n}"))
-        .collect();
-    files.sort();
-    files
 }
 
 /// The `rules:` of a template (plain YAML from the `rules:` line to the next template action).
@@ -132,57 +81,8 @@ fn template_rules(rel: &str) -> Value {
 /// What deploy/vesper/operator.yaml and the chart's rendering must both hold. Returns the
 /// operator's settings as the pod would start with them.
 fn check_operator_deployment(what: &str, d: &Deployment, namespace: &str, image: &str) -> vesper_operator::Config {
-    let spec = d.spec.as_ref().unwrap_or_else(|| panic!("{what}: no spec"));
-    assert_eq!(d.metadata.namespace.as_deref(), Some(namespace), "{what}: namespace");
-    assert_eq!(spec.replicas, Some(2), "{what}: two replicas, one leader and a standby");
-    let labels = spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
-    let selects = |sel: &BTreeMap<String, String>| sel.iter().all(|(k, v)| labels.get(k) == Some(v));
-    let selector = spec.selector.match_labels.clone().unwrap_or_default();
-    assert!(
-        !selector.is_empty() && selects(&selector),
-        "{what}: the selector {selector:?} must select the pod labels {labels:?}"
-    );
-    let pod = spec.template.spec.as_ref().unwrap_or_else(|| panic!("{what}: no pod spec"));
-    assert_eq!(pod.service_account_name.as_deref(), Some(SA), "{what}: the ServiceAccount of rbac.yaml");
-    let grace = pod.termination_grace_period_seconds.unwrap_or(30);
-    assert!(
-        grace > OPERATOR_SHUTDOWN_SECS,
-        "{what}: terminationGracePeriodSeconds {grace} must exceed the operator's shutdown grace"
-    );
-
-    // Pod Security `restricted`.
-    let psc = pod.security_context.clone().unwrap_or_default();
-    assert_eq!(psc.run_as_non_root, Some(true), "{what}: pod runAsNonRoot");
-    assert_eq!(psc.run_as_user, Some(65532), "{what}: pod runAsUser (distroless nonroot)");
-    assert_eq!(psc.seccomp_profile.as_ref().map(|s| s.type_.as_str()), Some("RuntimeDefault"), "{what}: pod seccomp");
-    let anti = pod
-        .affinity
-        .as_ref()
-        .and_then(|a| a.pod_anti_affinity.as_ref())
-        .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.clone())
-        .unwrap_or_default();
-    assert!(
-        anti.iter().any(|t| t.pod_affinity_term.topology_key == "kubernetes.io/hostname"
-            && t.pod_affinity_term.label_selector.as_ref().and_then(|s| s.match_labels.as_ref()).is_some_and(selects)),
-        "{what}: replicas prefer distinct nodes (podAntiAffinity on kubernetes.io/hostname)"
-    );
-    assert_eq!(pod.containers.len(), 1, "{what}: one container");
-    let c = &pod.containers[0];
-    assert_eq!(c.image.as_deref(), Some(image), "{what}: image");
-    let sc = c.security_context.clone().unwrap_or_default();
-    assert_eq!(sc.allow_privilege_escalation, Some(false), "{what}: allowPrivilegeEscalation");
-    assert_eq!(sc.read_only_root_filesystem, Some(true), "{what}: readOnlyRootFilesystem");
-    assert_eq!(sc.run_as_non_root, Some(true), "{what}: container runAsNonRoot");
-    assert_eq!(sc.run_as_user, Some(65532), "{what}: container runAsUser");
-    assert_eq!(sc.privileged, None, "{what}: privileged");
-    let caps = sc.capabilities.clone().unwrap_or_default();
-    assert_eq!(caps.drop, Some(vec!["ALL".to_string()]), "{what}: capabilities.drop");
-    assert_eq!(caps.add, None, "{what}: capabilities.add");
-    assert_eq!(
-        sc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
-        Some("RuntimeDefault"),
-        "{what}: container seccomp"
-    );
+    let expect = Expect { namespace, service_account: SA, image, shutdown_secs: OPERATOR_SHUTDOWN_SECS };
+    let c = check_deployment(what, d, &expect);
 
     // Resources: modest.
     let res = serde_json::to_value(c.resources.clone().unwrap_or_default()).expect("resources");
@@ -194,7 +94,6 @@ fn check_operator_deployment(what: &str, d: &Deployment, namespace: &str, image:
 
     // The args are the operator's.
     let args = c.args.clone().unwrap_or_default();
-    assert!(c.command.is_none(), "{what}: the image's entrypoint runs the operator");
     let cfg = parse_flags(&args).unwrap_or_else(|e| panic!("{what}: the operator refuses its args {args:?}:\n{e}"));
     assert!(cfg.leader_elect, "{what}: two replicas need --leader-elect");
     assert_eq!(cfg.leader_election_namespace, namespace, "{what}: the Lease lives in the operator's namespace");
@@ -213,17 +112,6 @@ fn check_operator_deployment(what: &str, d: &Deployment, namespace: &str, image:
     for a in [cfg.metrics_addr, cfg.health_addr] {
         assert!(a.ip().is_unspecified(), "{what}: {a} must listen on every interface, for the kubelet and Prometheus");
     }
-    for (probe, path) in [(&c.liveness_probe, "/healthz"), (&c.readiness_probe, "/readyz")] {
-        let get = probe.as_ref().and_then(|p| p.http_get.as_ref()).unwrap_or_else(|| panic!("{what}: no {path} probe"));
-        assert_eq!(get.path.as_deref(), Some(path), "{what}: probe path");
-        assert_eq!(get.port, IntOrString::String("health".into()), "{what}: the {path} probe targets the health port");
-    }
-
-    // The leader identity (opkit::leader::default_identity) is $POD_NAME plus a suffix.
-    let pod_name =
-        c.env.iter().flatten().find(|e| e.name == "POD_NAME").unwrap_or_else(|| panic!("{what}: no POD_NAME"));
-    let field = pod_name.value_from.as_ref().and_then(|v| v.field_ref.as_ref()).map(|f| f.field_path.as_str());
-    assert_eq!(field, Some("metadata.name"), "{what}: POD_NAME comes from the downward API");
     cfg
 }
 
@@ -237,66 +125,19 @@ fn operator_image() -> String {
 
 #[test]
 fn manifests_parse_are_restricted_and_carry_the_operators_flags() {
-    // Every document of deploy/vesper/ is an object with a kind.
-    let mut names = BTreeSet::new();
-    for f in manifest_files() {
-        for d in yaml_file(&f) {
-            let kind = d["kind"].as_str().unwrap_or_else(|| panic!("{f}: a document without kind"));
-            assert!(d["apiVersion"].is_string(), "{f}: {kind} without apiVersion");
-            let name = d["metadata"]["name"].as_str().unwrap_or_else(|| panic!("{f}: {kind} without a name"));
-            let ns = d["metadata"]["namespace"].as_str().unwrap_or("");
-            // A repeated object must be the same object.
-            if !names.insert((kind.to_string(), ns.to_string(), name.to_string())) {
-                assert_eq!(kind, "Namespace", "{f}: {kind} {name} defined twice");
-            }
-        }
-    }
-
+    // Every document of deploy/vesper/ is an object with a kind; only the Namespace repeats.
+    check_documents("deploy/vesper");
     let op = yaml_file("deploy/vesper/operator.yaml");
     let rbac = yaml_file("deploy/vesper/rbac.yaml");
-    assert_eq!(
-        find("operator.yaml", &op, "Namespace"),
-        find("rbac.yaml", &rbac, "Namespace"),
-        "the Namespace of operator.yaml (there for `kubectl apply -f deploy/vesper/`) must equal rbac.yaml's"
-    );
-    let ns: Namespace = typed("operator.yaml Namespace", find("operator.yaml", &op, "Namespace"));
-    let psa = ns.metadata.labels.unwrap_or_default();
-    assert_eq!(psa.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
+    check_namespace("deploy/vesper", &op, &rbac);
 
     let d = manifest_deployment();
     let cfg = check_operator_deployment("deploy/vesper/operator.yaml", &d, NS, &operator_image());
     assert_eq!(cfg.preview_domain.as_deref(), Some("preview.example.com"), "the placeholder preview domain");
-    let pod_labels =
-        d.spec.as_ref().and_then(|s| s.template.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
-    let selects =
-        |sel: &BTreeMap<String, String>| !sel.is_empty() && sel.iter().all(|(k, v)| pod_labels.get(k) == Some(v));
-
-    let svc: Service = typed("operator.yaml Service", find("operator.yaml", &op, "Service"));
-    let svc_spec = svc.spec.unwrap_or_default();
-    assert!(selects(&svc_spec.selector.unwrap_or_default()), "the metrics Service selects the operator's pods");
-    let ports = svc_spec.ports.unwrap_or_default();
-    assert!(
-        ports
-            .iter()
-            .any(|p| p.name.as_deref() == Some("metrics")
-                && p.target_port == Some(IntOrString::String("metrics".into()))),
-        "the metrics Service targets the port named metrics: {ports:?}"
-    );
-    let pdb: PodDisruptionBudget =
-        typed("operator.yaml PodDisruptionBudget", find("operator.yaml", &op, "PodDisruptionBudget"));
-    let pdb = pdb.spec.unwrap_or_default();
-    assert_eq!(pdb.min_available, Some(IntOrString::Int(1)));
-    assert!(
-        selects(&pdb.selector.and_then(|s| s.match_labels).unwrap_or_default()),
-        "the PDB selects the operator's pods"
-    );
+    check_service_and_pdb(&op, &d, "metrics");
 
     // The images: built by the Dockerfiles, as the user of the security contexts.
-    let toolchain = read("rust-toolchain.toml");
-    assert!(
-        toolchain.contains("channel = \"1.95"),
-        "the Dockerfiles' builder is rust:1.95: update them with rust-toolchain.toml"
-    );
+    check_build_context();
     for (file, package) in [("vesper/operator/Dockerfile", "vesper-operator"), ("vesper/cli/Dockerfile", "vesperctl")] {
         let text = read(file);
         for needle in [
@@ -309,250 +150,31 @@ fn manifests_parse_are_restricted_and_carry_the_operators_flags() {
             assert!(text.contains(&needle), "{file}: expected {needle:?}");
         }
     }
-    let ignore = read(".dockerignore");
-    for entry in ["target/", ".demo/", ".git"] {
-        assert!(ignore.lines().any(|l| l.trim() == entry), ".dockerignore: {entry}");
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Processes
 
-/// A child process killed (and reaped) when dropped, so that a failing test leaves nothing running.
-struct Proc {
-    name: String,
-    child: Child,
-    log: PathBuf,
+/// Start `vesper-operator` (this crate's binary) as one replica of the Deployment, with the
+/// credentials of `kubeconfig`.
+fn spawn_operator(pod_name: &str, d: &Deployment, kubeconfig: &Path) -> Proc {
+    Spawn::new(env!("CARGO_BIN_EXE_vesper-operator"), pod_name)
+        .pod(d, &["--metrics-addr", "--health-addr"])
+        .clear_env("VESPER_")
+        .kubeconfig(kubeconfig)
+        .spawn()
 }
 
-impl Proc {
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// SIGTERM, as the kubelet stops a container.
-    fn terminate(&self) {
-        let st = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().expect("kill runs");
-        assert!(st.success(), "kill -TERM {} ({})", self.pid(), self.name);
-    }
-
-    /// Wait for the process to exit, until the deadline.
-    fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(st) = self.child.try_wait().expect("try_wait") {
-                return st;
-            }
-            assert!(Instant::now() < deadline, "{} did not exit within {within:?}:\n{}", self.name, self.log_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// The address of /healthz, /readyz and /metrics, from the operator's log.
-    fn health_addr(&self) -> String {
-        wait_until(&format!("{} serves /healthz", self.name), || {
-            self.log_text().lines().find(|l| l.contains("serving /healthz")).and_then(|l| {
-                let rest = &l[l.find("addr=")? + "addr=".len()..];
-                Some(rest.split_whitespace().next()?.to_string())
-            })
-        })
-    }
+/// The operator's leader election in vesper-system.
+fn replicas(dc: &DevCluster) -> Replicas {
+    Replicas::new(dc.client(), NS, LEASE, "vesper_reconciles_total")
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Poll `f` (a cheap local look: a log file) until it gives a value, or fail at the deadline.
-fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// `GET path` on a local HTTP server: (status, body).
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("send");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).unwrap_or_else(|e| panic!("GET {addr}{path}: {e}"));
-    let status = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
-}
-
-/// The sum of a counter's samples in a Prometheus text exposition.
-fn counter(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// `kubectl` against one cluster, with a discovery cache of its own.
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-}
-
-impl Kubectl {
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .env("KUBECONFIG", &self.kubeconfig)
-            .arg(format!("--cache-dir={}", self.cache.display()))
-            .args(args)
-            .output()
-            .expect("kubectl runs (it is installed at /usr/bin/kubectl)")
-    }
-
-    /// Wait until the operator's Deployment is Available; on timeout, fail with what its
-    /// ReplicaSets say (a pod refused by Pod Security shows there as FailedCreate).
-    fn wait_available(&self, namespace: &str) {
-        let t = format!("--timeout={}s", WAIT.as_secs());
-        let out = self.run(&["wait", "--for=condition=Available", "deployment/vesper-operator", "-n", namespace, &t]);
-        if !out.status.success() {
-            let describe = self.run(&["describe", "deployment,replicaset,pods", "-n", namespace]);
-            panic!(
-                "the operator's Deployment is not Available: {}\n{}",
-                String::from_utf8_lossy(&out.stderr),
-                String::from_utf8_lossy(&describe.stdout)
-            );
-        }
-    }
-
-    /// Run; fail the test unless it succeeds. Returns (stdout, stderr).
-    fn ok(&self, args: &[&str]) -> (String, String) {
-        let out = self.run(args);
-        let (stdout, stderr) =
-            (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-        assert!(out.status.success(), "kubectl {} failed:\n{stdout}\n{stderr}", args.join(" "));
-        (stdout, stderr)
-    }
-}
-
-/// Blocking work (kubectl, a child's log, plain HTTP) from the async tests.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
-/// A kubeconfig acting as `vesper-system/vesper-operator`, with a TokenRequest token (what
-/// `devcluster token vesper-system/vesper-operator` prints), written to `path`.
-async fn service_account_kubeconfig(dc: &DevCluster, path: &Path) {
-    service_account_kubeconfig_for(dc, SA, path).await
-}
-
-/// A kubeconfig acting as ServiceAccount `vesper-system/<sa>`, written to `path`.
-async fn service_account_kubeconfig_for(dc: &DevCluster, sa: &str, path: &Path) {
-    let sas: Api<ServiceAccount> = Api::namespaced(dc.client(), NS);
-    let tr = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
-        ..Default::default()
-    };
-    let token = sas
-        .create_token_request(sa, &PostParams::default(), &tr)
-        .await
-        .unwrap_or_else(|e| panic!("a token for vesper-system/{sa}: {e}"))
-        .status
-        .expect("the TokenRequest's status")
-        .token;
-    let kc = kube::config::Kubeconfig::from_yaml(dc.kubeconfig_yaml()).expect("the admin kubeconfig");
-    let mut v = serde_json::to_value(&kc).expect("kubeconfig as JSON");
-    v["users"] = json!([{"name": sa, "user": {"token": token}}]);
-    v["contexts"][0]["context"]["user"] = json!(sa);
-    // JSON is YAML.
-    std::fs::write(path, v.to_string()).expect("write the operator's kubeconfig");
-}
-
-/// The Deployment's container args and env for a run outside the cluster: the listen addresses
-/// become free loopback ports, the downward API fields get this pod's values.
-fn local_args_and_env(d: &Deployment, pod_name: &str) -> (Vec<String>, Vec<(String, String)>) {
-    let spec = d.spec.as_ref().expect("spec");
-    let c = &spec.template.spec.as_ref().expect("pod spec").containers[0];
-    let mut replaced = 0;
-    let args = c
-        .args
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|a| match a.split_once('=') {
-            Some((flag @ ("--metrics-addr" | "--health-addr"), _)) => {
-                replaced += 1;
-                format!("{flag}=127.0.0.1:0")
-            }
-            _ => a,
-        })
-        .collect();
-    assert_eq!(replaced, 2, "operator.yaml passes --metrics-addr=... and --health-addr=...");
-    let namespace = d.metadata.namespace.clone().unwrap_or_default();
-    let env = c
-        .env
-        .iter()
-        .flatten()
-        .map(|e| {
-            let v = match (&e.value, e.value_from.as_ref().and_then(|v| v.field_ref.as_ref())) {
-                (Some(v), _) => v.clone(),
-                (None, Some(f)) if f.field_path == "metadata.name" => pod_name.to_string(),
-                (None, Some(f)) if f.field_path == "metadata.namespace" => namespace.clone(),
-                _ => panic!("operator.yaml: env {} has a source this test does not fill in: teach it", e.name),
-            };
-            (e.name.clone(), v)
-        })
-        .collect();
-    (args, env)
-}
-
-/// Start `vesper-operator` (this crate's binary) as one replica of the Deployment.
-fn spawn_operator(pod_name: &str, d: &Deployment, kubeconfig: &Path, dir: &Path) -> Proc {
-    let (args, env) = local_args_and_env(d, pod_name);
-    let log = dir.join(format!("{pod_name}.log"));
-    let out = std::fs::File::create(&log).expect("log file");
-    let err = out.try_clone().expect("log file");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vesper-operator"));
-    // Only what the pod would have: none of this process' VESPER_* settings or log filter.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("VESPER_") || k == "RUST_LOG" || k == "POD_NAME" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.args(&args)
-        .envs(env)
-        .env("KUBECONFIG", kubeconfig)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    let child = cmd.spawn().expect("start vesper-operator");
-    Proc { name: pod_name.to_string(), child, log }
-}
-
-fn holder(l: &Lease) -> String {
-    l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default()
-}
-
-/// Wait until the Lease's holder satisfies `ok`; on timeout, fail with the operators' logs.
-async fn wait_lease(leases: &Api<Lease>, what: &str, ops: &[&Proc], ok: impl Fn(&str) -> bool) -> Lease {
-    let cond = move |l: Option<&Lease>| l.is_some_and(|l| ok(&holder(l)));
-    match tokio::time::timeout(WAIT, await_condition(leases.clone(), LEASE, cond)).await {
-        Ok(Ok(Some(l))) => l,
-        other => {
-            let now = leases.get_opt(LEASE).await.ok().flatten();
-            panic!("waiting for the Lease: {what}: {other:?}\nthe Lease: {now:#?}\n{}", logs(ops))
-        }
-    }
+/// `kubectl apply -f examples/vesper/<name>.yaml`, then wait until that preview is Ready.
+async fn serve_example(dc: &DevCluster, kubectl: &Kubectl, name: &str, ops: &[&Proc]) {
+    let example = optest::repo(&format!("examples/vesper/{name}.yaml")).display().to_string();
+    kubectl.ok(&["apply", "-f", &example]).await;
+    wait_ready(dc, name, ops).await;
 }
 
 /// Wait until a preview (namespace default) is Ready; on timeout, fail with the operators' logs.
@@ -560,18 +182,10 @@ async fn wait_ready(dc: &DevCluster, name: &str, ops: &[&Proc]) {
     let api: Api<PreviewEnvironment> = Api::default_namespaced(dc.client());
     let cond =
         |p: Option<&PreviewEnvironment>| p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase) == Some(Phase::Ready);
-    if !matches!(tokio::time::timeout(WAIT, await_condition(api.clone(), name, cond)).await, Ok(Ok(Some(_)))) {
-        let now = api.get_opt(name).await.ok().flatten();
-        panic!(
-            "preview {name} is not Ready: {}\n{}",
-            serde_json::to_string_pretty(&now).unwrap_or_default(),
-            logs(ops)
-        );
-    }
-}
-
-fn logs(ops: &[&Proc]) -> String {
-    ops.iter().map(|p| format!("--- log of {} ---\n{}", p.name, p.log_text())).collect::<Vec<_>>().join("\n")
+    optest::wait::wait_for_explained(api, name, "preview Ready", cond, |now| {
+        format!("{}\n{}", serde_json::to_string_pretty(&now).unwrap_or_default(), logs(ops))
+    })
+    .await;
 }
 
 fn devcluster_options() -> devcluster::Options {
@@ -581,89 +195,38 @@ fn devcluster_options() -> devcluster::Options {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_installs_vesper_and_two_replicas_elect_a_leader_and_fail_over() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let dc = DevCluster::start_with(devcluster_options()).await.expect("devcluster starts");
-    let kubectl = Kubectl { kubeconfig: dc.kubeconfig_path(), cache: dir.path().join("kube-cache") };
-    let deploy_dir = repo().join("deploy/vesper");
+    let dc = optest::cluster::start(devcluster_options()).await;
+    let kubectl = Kubectl::new(dc.kubeconfig_path());
+    let deploy_dir = optest::repo("deploy/vesper").display().to_string();
 
     // Install, as the README says; no warning (a Pod Security or deprecation warning would show).
-    let (_, stderr) = blocking(|| kubectl.ok(&["apply", "-f", &deploy_dir.display().to_string()]));
+    let stderr = kubectl.ok(&["apply", "-f", &deploy_dir]).await.stderr;
     assert!(!stderr.contains("Warning"), "kubectl apply -f deploy/vesper/ warned:\n{stderr}");
-    blocking(|| {
-        let t = format!("--timeout={}s", WAIT.as_secs());
-        kubectl.ok(&["wait", "--for=condition=Established", "crd/previewenvironments.vesper.eventide.dev", &t]);
-        // The pods passed Pod Security `restricted` (enforced on vesper-system) and are ready.
-        kubectl.wait_available(NS);
-    });
+    kubectl.wait_established(&["crd/previewenvironments.vesper.eventide.dev"]).await;
+    // The pods passed Pod Security `restricted` (enforced on vesper-system) and are ready.
+    kubectl.wait_available(NS, &["deployment/vesper-operator"]).await;
     let pods: Api<Pod> = Api::namespaced(dc.client(), NS);
     let pods =
         pods.list(&ListParams::default().labels("app.kubernetes.io/name=vesper-operator")).await.expect("list pods");
     let nodes: BTreeSet<String> = pods.items.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
     assert_eq!((pods.items.len(), nodes.len()), (2, 2), "two replicas, on two nodes: {nodes:?}");
 
-    // Two replicas, run here with the Deployment's args and env, as its ServiceAccount.
+    // Two replicas, run here with the Deployment's args and env, as its ServiceAccount: one
+    // leads and serves a preview; when it is stopped the other takes over and serves the next.
     let d = manifest_deployment();
     let sa_kubeconfig = dir.path().join("operator.kubeconfig");
-    service_account_kubeconfig(&dc, &sa_kubeconfig).await;
-    let a = spawn_operator("vesper-operator-a", &d, &sa_kubeconfig, dir.path());
-    let b = spawn_operator("vesper-operator-b", &d, &sa_kubeconfig, dir.path());
-    let leases: Api<Lease> = Api::namespaced(dc.client(), NS);
-    let lease = wait_lease(&leases, "held by one of the replicas", &[&a, &b], |h| {
-        h.starts_with("vesper-operator-a_") || h.starts_with("vesper-operator-b_")
-    })
-    .await;
-    let (mut leader, follower) = if holder(&lease).starts_with("vesper-operator-a_") { (a, b) } else { (b, a) };
-
-    // The leader serves a preview.
-    let example = repo().join("examples/vesper/shop-pr-42.yaml").display().to_string();
-    blocking(|| kubectl.ok(&["apply", "-f", &example]));
-    wait_ready(&dc, "shop-pr-42", &[&leader, &follower]).await;
-
-    // Only one leads: the Lease names it, it alone reconciled; the standby is ready but idle.
-    let lease = leases.get(LEASE).await.expect("the Lease");
-    assert!(holder(&lease).starts_with(&format!("{}_", leader.name)), "the Lease moved: {lease:#?}");
-    blocking(|| {
-        let (leader_addr, follower_addr) = (leader.health_addr(), follower.health_addr());
-        for (p, addr) in [(&leader, &leader_addr), (&follower, &follower_addr)] {
-            assert_eq!(http_get(addr, "/readyz").0, 200, "{} is ready (a standby too)", p.name);
-            assert_eq!(http_get(addr, "/healthz").0, 200, "{} is live", p.name);
-        }
-        let (_, m) = http_get(&leader_addr, "/metrics");
-        assert!(counter(&m, "vesper_reconciles_total") > 0.0, "the leader reconciled:\n{m}");
-        let (_, m) = http_get(&follower_addr, "/metrics");
-        assert_eq!(counter(&m, "vesper_reconciles_total"), 0.0, "the standby reconciled:\n{m}");
-    });
-    let (leader_log, follower_log) = (leader.log_text(), follower.log_text());
-    assert!(leader_log.contains("successfully acquired lease"), "{}", logs(&[&leader]));
-    assert!(follower_log.contains("waiting for the leader lease"), "{}", logs(&[&follower]));
-    assert!(!follower_log.contains("successfully acquired lease"), "two leaders:\n{}", logs(&[&leader, &follower]));
-
-    // Stop the leader as the kubelet does: it stops, releases the Lease, exits 0; the standby
-    // takes over and serves the next preview.
-    let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0);
-    leader.terminate();
-    let status = blocking(|| leader.wait_exit(WAIT));
-    assert!(status.success(), "the leader exits 0 on SIGTERM: {status}\n{}", logs(&[&leader]));
-    assert!(
-        leader.log_text().contains("released the lease"),
-        "the leader releases the Lease on SIGTERM:\n{}",
-        logs(&[&leader])
-    );
-    let prefix = format!("{}_", follower.name);
-    let lease =
-        wait_lease(&leases, "taken over by the standby", &[&leader, &follower], |h| h.starts_with(&prefix)).await;
-    let now = lease.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0);
-    assert!(now > transitions, "leaseTransitions counts the takeover: {transitions} then {now}");
-    let example = repo().join("examples/vesper/docs-pr-7.yaml").display().to_string();
-    blocking(|| kubectl.ok(&["apply", "-f", &example]));
-    wait_ready(&dc, "docs-pr-7", &[&leader, &follower]).await;
-    wait_ready(&dc, "shop-pr-42", &[&leader, &follower]).await;
-    assert!(follower.log_text().contains("successfully acquired lease"), "{}", logs(&[&follower]));
-    blocking(|| {
-        let (_, m) = http_get(&follower.health_addr(), "/metrics");
-        assert!(counter(&m, "vesper_reconciles_total") > 0.0, "the new leader reconciles:\n{m}");
-    });
-    drop(follower);
-    drop(leader);
+    optest::service_account::write_kubeconfig(&dc, NS, SA, &sa_kubeconfig).await;
+    let a = spawn_operator("vesper-operator-a", &d, &sa_kubeconfig);
+    let b = spawn_operator("vesper-operator-b", &d, &sa_kubeconfig);
+    replicas(&dc)
+        .elect_and_fail_over(a, b, async |turn, ops| match turn {
+            Turn::Leader => serve_example(&dc, &kubectl, "shop-pr-42", ops).await,
+            Turn::AfterTakeover => {
+                serve_example(&dc, &kubectl, "docs-pr-7", ops).await;
+                wait_ready(&dc, "shop-pr-42", ops).await;
+            }
+        })
+        .await;
 }
 
 /// Issue 11: the install tested the way a user installs. devcluster's process runtime runs the
@@ -673,68 +236,23 @@ async fn kubectl_apply_installs_vesper_and_two_replicas_elect_a_leader_and_fail_
 /// Ready; its logs are read with `kubectl logs`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_runs_the_operator_in_the_cluster_and_a_preview_goes_ready() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let dc = DevCluster::start_with(devcluster::Options {
+    let dc = optest::cluster::start(devcluster::Options {
         run: vec![devcluster::runtime::RunRule::new(
             "ghcr.io/eventide/vesper-operator*",
             env!("CARGO_BIN_EXE_vesper-operator"),
         )],
         ..devcluster_options()
     })
-    .await
-    .expect("devcluster starts");
-    let kubectl = Kubectl { kubeconfig: dc.kubeconfig_path(), cache: dir.path().join("kube-cache") };
-    let deploy_dir = repo().join("deploy/vesper").display().to_string();
-    blocking(|| {
-        kubectl.ok(&["apply", "-f", &deploy_dir]);
-        // Available: both pods run the binary and answer their readiness probe (/readyz).
-        kubectl.wait_available(NS);
-    });
-    let leases: Api<Lease> = Api::namespaced(dc.client(), NS);
-    let pods: Api<Pod> = Api::namespaced(dc.client(), NS);
-    let listed =
-        pods.list(&ListParams::default().labels("app.kubernetes.io/name=vesper-operator")).await.expect("list pods");
-    let names: Vec<String> = listed.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
-    assert_eq!(names.len(), 2, "two replicas: {names:?}");
-    // One of the pods leads: the Lease names it (POD_NAME comes from the downward API).
-    let lease = tokio::time::timeout(
-        WAIT,
-        await_condition(leases.clone(), LEASE, |l: Option<&Lease>| {
-            l.is_some_and(|l| names.iter().any(|n| holder(l).starts_with(&format!("{n}_"))))
-        }),
-    )
     .await;
-    assert!(matches!(lease, Ok(Ok(Some(_)))), "no pod of the Deployment leads: {lease:?}");
-    let example = repo().join("examples/vesper/shop-pr-42.yaml").display().to_string();
-    blocking(|| kubectl.ok(&["apply", "-f", &example]));
-    wait_ready(&dc, "shop-pr-42", &[]).await;
-    // What the operator said, as a user reads it.
-    let logs: String =
-        names.iter().map(|n| blocking(|| kubectl.ok(&["logs", "-n", NS, n.as_str()])).0).collect::<Vec<_>>().join("\n");
-    assert!(logs.contains("successfully acquired lease"), "kubectl logs of the operator pods:\n{logs}");
+    let kubectl = Kubectl::new(dc.kubeconfig_path());
+    let deploy_dir = optest::repo("deploy/vesper").display().to_string();
+    kubectl.ok(&["apply", "-f", &deploy_dir]).await;
+    // Available: both pods run the binary and answer their readiness probe (/readyz).
+    kubectl.wait_available(NS, &["deployment/vesper-operator"]).await;
+    replicas(&dc)
+        .a_pod_leads(&kubectl, "vesper-operator", async || serve_example(&dc, &kubectl, "shop-pr-42", &[]).await)
+        .await;
 }
-
-/// A ServiceAccount that may use the leader Lease and nothing else.
-const LEASE_ONLY: &str = r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: lease-only, namespace: vesper-system}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: lease-only, namespace: vesper-system}
-rules:
-- apiGroups: [coordination.k8s.io]
-  resources: [leases]
-  verbs: [get, create, update]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: lease-only, namespace: vesper-system}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: lease-only}
-subjects:
-- {kind: ServiceAccount, name: lease-only, namespace: vesper-system}
-"#;
 
 /// Issue 10, item 4 with the real `vesper-operator`: a controller that cannot start (its
 /// start-up list is refused) ends the process non-zero with the Lease released, so the next
@@ -742,53 +260,27 @@ subjects:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_that_cannot_start_or_a_lost_lease_ends_the_process_non_zero() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let dc = DevCluster::start_with(devcluster_options()).await.expect("devcluster starts");
-    let kubectl = Kubectl { kubeconfig: dc.kubeconfig_path(), cache: dir.path().join("kube-cache") };
-    let deploy_dir = repo().join("deploy/vesper");
-    blocking(|| kubectl.ok(&["apply", "-f", &deploy_dir.display().to_string()]));
-    let lease_only_yaml = dir.path().join("lease-only.yaml");
-    std::fs::write(&lease_only_yaml, LEASE_ONLY).expect("write");
-    blocking(|| kubectl.ok(&["apply", "-f", &lease_only_yaml.display().to_string()]));
+    let dc = optest::cluster::start(devcluster_options()).await;
+    let kubectl = Kubectl::new(dc.kubeconfig_path());
+    let deploy_dir = optest::repo("deploy/vesper").display().to_string();
+    kubectl.ok(&["apply", "-f", &deploy_dir]).await;
+    // A ServiceAccount that may use the leader Lease and nothing else.
+    kubectl.apply_text(&optest::lease::lease_only_account(NS, "lease-only")).await;
     let d = manifest_deployment();
     let (lease_only, operator) = (dir.path().join("lease-only.kubeconfig"), dir.path().join("operator.kubeconfig"));
-    service_account_kubeconfig_for(&dc, "lease-only", &lease_only).await;
-    service_account_kubeconfig(&dc, &operator).await;
-    let leases: Api<Lease> = Api::namespaced(dc.client(), NS);
-
-    // The start-up list of previews is refused: it says why, releases the Lease, exits 1.
-    let mut a = spawn_operator("vesper-operator-a", &d, &lease_only, dir.path());
-    let status = blocking(|| a.wait_exit(WAIT));
-    let log = a.log_text();
-    assert!(!status.success(), "a controller that cannot start ends the process with an error: {status}\n{log}");
-    assert!(log.contains("successfully acquired lease"), "it led first:\n{log}");
-    assert!(log.contains("forbidden") || log.contains("cannot list"), "it says why:\n{log}");
-    assert!(log.contains("released the lease"), "it released the Lease:\n{log}");
-    let lease = leases.get(LEASE).await.expect("the Lease");
-    assert_eq!(holder(&lease), "", "the Lease is released, not left to expire: {lease:#?}");
-
-    // The next replica takes it at once and serves a preview.
-    let started = Instant::now();
-    let mut b = spawn_operator("vesper-operator-b", &d, &operator, dir.path());
-    wait_lease(&leases, "taken by b", &[&b], |h| h.starts_with("vesper-operator-b_")).await;
-    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
-    let example = repo().join("examples/vesper/shop-pr-42.yaml").display().to_string();
-    blocking(|| kubectl.ok(&["apply", "-f", &example]));
-    wait_ready(&dc, "shop-pr-42", &[&b]).await;
-
-    // Someone else holds the Lease now: b stops at once and exits 1.
-    let mut lease = leases.get(LEASE).await.expect("the Lease");
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    spec.holder_identity = Some("intruder".into());
-    spec.renew_time =
-        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()));
-    spec.lease_duration_seconds = Some(1);
-    leases.replace(LEASE, &PostParams::default(), &lease).await.expect("write another holder");
-    let lost_at = Instant::now();
-    let status = blocking(|| b.wait_exit(Duration::from_secs(20)));
-    let log = b.log_text();
-    assert!(!status.success(), "a lost Lease ends the process with an error: {status}\n{log}");
-    assert!(lost_at.elapsed() < Duration::from_secs(10), "promptly: {:?}\n{log}", lost_at.elapsed());
-    assert!(log.contains("lost the leader lease"), "it says why:\n{log}");
+    optest::service_account::write_kubeconfig(&dc, NS, "lease-only", &lease_only).await;
+    optest::service_account::write_kubeconfig(&dc, NS, SA, &operator).await;
+    // The start-up list of previews is refused: it says why, releases the Lease, exits 1; the
+    // next replica takes it at once and serves a preview until someone else holds the Lease.
+    let a = spawn_operator("vesper-operator-a", &d, &lease_only);
+    replicas(&dc)
+        .cannot_start_then_lost_lease(
+            a,
+            |log| log.contains("forbidden") || log.contains("cannot list"),
+            || spawn_operator("vesper-operator-b", &d, &operator),
+            async |b| serve_example(&dc, &kubectl, "shop-pr-42", &[b]).await,
+        )
+        .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1120,14 +612,14 @@ fn helm_chart_matches_the_operator_and_the_manifests() {
     assert_eq!(values["terminationGracePeriodSeconds"], json!(pod.termination_grace_period_seconds));
 
     // crds/ is deploy/vesper/crd.yaml, byte for byte.
-    let crds: Vec<PathBuf> = std::fs::read_dir(repo().join(CHART).join("crds"))
+    let crds: Vec<PathBuf> = std::fs::read_dir(optest::repo(CHART).join("crds"))
         .expect("crds/")
         .filter_map(|e| Some(e.ok()?.path()))
         .collect();
     assert_eq!(crds.len(), 1, "crds/ holds the one CRD: {crds:?}");
     let copy = std::fs::read(&crds[0]).expect("read the chart's CRD");
     assert!(
-        copy == std::fs::read(repo().join("deploy/vesper/crd.yaml")).expect("crd.yaml"),
+        copy == std::fs::read(optest::repo("deploy/vesper/crd.yaml")).expect("crd.yaml"),
         "{} differs from deploy/vesper/crd.yaml: cp deploy/vesper/crd.yaml {}",
         crds[0].display(),
         crds[0].display()
@@ -1144,10 +636,10 @@ fn helm_chart_matches_the_operator_and_the_manifests() {
         find("rbac.yaml", &rbac, "Role")["rules"]
     );
     for t in ["_helpers.tpl", "serviceaccount.yaml", "clusterrolebinding.yaml", "service.yaml", "NOTES.txt"] {
-        assert!(repo().join(CHART).join("templates").join(t).is_file(), "templates/{t}");
+        assert!(optest::repo(CHART).join("templates").join(t).is_file(), "templates/{t}");
     }
     // The chart installs into the release namespace and creates none.
-    for entry in std::fs::read_dir(repo().join(CHART).join("templates")).expect("templates/").flatten() {
+    for entry in std::fs::read_dir(optest::repo(CHART).join("templates")).expect("templates/").flatten() {
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
         assert!(!text.contains("kind: Namespace"), "{}: the chart does not create namespaces", entry.path().display());
     }
@@ -1164,7 +656,7 @@ fn on_path(name: &str) -> Option<PathBuf> {
 /// puts on PATH). Missing, the test fails: `make test` installs it, so a run without it is not a
 /// pass.
 fn helm_bin() -> PathBuf {
-    on_path("helm").or_else(|| Some(repo().join(".tools/bin/helm")).filter(|p| p.is_file())).unwrap_or_else(|| {
+    on_path("helm").or_else(|| Some(optest::repo(".tools/bin/helm")).filter(|p| p.is_file())).unwrap_or_else(|| {
         panic!("helm is missing: run scripts/ensure-deps.sh (make test does), which installs it into .tools/bin")
     })
 }
@@ -1177,7 +669,7 @@ struct Helm {
 impl Helm {
     fn run(&self, args: &[&str]) -> Output {
         Command::new(&self.bin)
-            .current_dir(repo())
+            .current_dir(optest::root())
             .env("HELM_CACHE_HOME", self.home.join("cache"))
             .env("HELM_CONFIG_HOME", self.home.join("config"))
             .env("HELM_DATA_HOME", self.home.join("data"))
@@ -1349,15 +841,12 @@ async fn helm_lints_renders_and_installs_on_a_cluster() {
     let rendered = blocking(|| helm.ok(&["template", "vesper", CHART, "--namespace", NS, "--include-crds"]));
     let file = dir.path().join("rendered.yaml");
     std::fs::write(&file, rendered).expect("write the rendered chart");
-    let dc = DevCluster::start_with(devcluster_options()).await.expect("devcluster starts");
-    let kubectl = Kubectl { kubeconfig: dc.kubeconfig_path(), cache: dir.path().join("kube-cache") };
-    blocking(|| {
-        kubectl.ok(&["create", "namespace", NS]);
-        kubectl.ok(&["label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted"]);
-        let (_, stderr) = kubectl.ok(&["apply", "-f", &file.display().to_string()]);
-        assert!(!stderr.contains("Warning"), "applying the rendered chart warned:\n{stderr}");
-        let t = format!("--timeout={}s", WAIT.as_secs());
-        kubectl.ok(&["wait", "--for=condition=Established", "crd/previewenvironments.vesper.eventide.dev", &t]);
-        kubectl.wait_available(NS);
-    });
+    let dc = optest::cluster::start(devcluster_options()).await;
+    let kubectl = Kubectl::new(dc.kubeconfig_path());
+    kubectl.ok(&["create", "namespace", NS]).await;
+    kubectl.ok(&["label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted"]).await;
+    let stderr = kubectl.ok(&["apply", "-f", &file.display().to_string()]).await.stderr;
+    assert!(!stderr.contains("Warning"), "applying the rendered chart warned:\n{stderr}");
+    kubectl.wait_established(&["crd/previewenvironments.vesper.eventide.dev"]).await;
+    kubectl.wait_available(NS, &["deployment/vesper-operator"]).await;
 }

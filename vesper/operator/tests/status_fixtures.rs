@@ -7,7 +7,7 @@
 //! should then show: `expect.status` is compared as a subset of the computed status (conditions
 //! matched by `type`, `absent: true` for one that must not be there; `null` means absent; a key `<field>Contains` lists fragments of `<field>`),
 //! and `expect.events` is the exact list of Events the pass records (reason, Normal/Warning,
-//! message fragments).
+//! message fragments): the comparison both operators' fixtures share, `optest::fixtures`.
 //!
 //! `step` selects what the controller runs (vesper/operator/src/controller.rs):
 //! - `status` (default): step 2 then 7 of a reconcile: an unparseable TTL fails the preview
@@ -47,31 +47,12 @@
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use optest::fixtures::{event, field, text};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use vesper_api::PreviewEnvironment;
 use vesper_operator::status::{self, Computed, Inputs};
-
-fn fixtures() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/status");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
-
-fn field<T: serde::de::DeserializeOwned>(case: &Value, key: &str, file: &str) -> Option<T> {
-    let v = case.get(key).filter(|v| !v.is_null())?;
-    Some(serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{file}: `{key}` does not parse: {e}")))
-}
-
-fn text<'a>(case: &'a Value, key: &str, file: &str) -> &'a str {
-    case.get(key).and_then(Value::as_str).unwrap_or_else(|| panic!("{file}: `{key}` (a string) is required"))
-}
 
 fn timestamp(s: &str, file: &str) -> Timestamp {
     s.parse().unwrap_or_else(|e| panic!("{file}: {s:?} is not a timestamp: {e}"))
@@ -118,87 +99,12 @@ fn run(case: &Value, file: &str) -> Computed {
     }
 }
 
-/// Compares `want` as a subset of `got`, pushing one line per difference, each naming the path.
-fn subset(path: &str, want: &Value, got: &Value, diffs: &mut Vec<String>) {
-    match (want, got) {
-        (Value::Null, Value::Null) => {}
-        (Value::Null, g) => diffs.push(format!("{path}: expected absent, got {g}")),
-        (Value::Object(w), Value::Object(g)) => {
-            for (k, wv) in w {
-                if let Some(base) = k.strip_suffix("Contains") {
-                    let actual = g.get(base).and_then(Value::as_str).unwrap_or_default();
-                    let frags: Vec<&str> = match wv {
-                        Value::String(s) => vec![s.as_str()],
-                        Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
-                        _ => vec![],
-                    };
-                    for f in frags {
-                        if !actual.contains(f) {
-                            diffs.push(format!("{path}.{base}: expected to contain {f:?}, got {actual:?}"));
-                        }
-                    }
-                    continue;
-                }
-                subset(&format!("{path}.{k}"), wv, g.get(k).unwrap_or(&Value::Null), diffs);
-            }
-        }
-        (Value::Array(w), Value::Array(g)) if !w.is_empty() && w.iter().all(|x| x.get("type").is_some()) => {
-            for wc in w {
-                let t = &wc["type"];
-                let absent = wc.get("absent") == Some(&Value::Bool(true));
-                match g.iter().find(|gc| gc.get("type") == Some(t)) {
-                    Some(_) if absent => diffs.push(format!("{path}: expected no entry of type {t}, found one")),
-                    None if absent => {}
-                    Some(gc) => subset(&format!("{path}[type={}]", t.as_str().unwrap_or("?")), wc, gc, diffs),
-                    None => diffs.push(format!("{path}: no entry of type {t}")),
-                }
-            }
-        }
-        (w, g) if w == g => {}
-        (w, g) => diffs.push(format!("{path}: expected {w}, got {g}")),
-    }
-}
-
-fn check(file: &str, case: &Value, got: &Computed) -> Vec<String> {
-    let mut diffs = vec![];
-    let expect = case.get("expect").unwrap_or_else(|| panic!("{file}: `expect` is required"));
-    let status = serde_json::to_value(&got.status).expect("the status serializes");
-    let want = expect.get("status").unwrap_or_else(|| panic!("{file}: `expect.status` is required"));
-    subset("status", want, &status, &mut diffs);
-    let want_events = expect
-        .get("events")
-        .and_then(Value::as_array)
-        .unwrap_or_else(|| panic!("{file}: `expect.events` (a list, [] for none) is required"));
-    let got_reasons: Vec<&str> = got.notes.iter().map(|n| n.reason.as_str()).collect();
-    let want_reasons: Vec<&str> = want_events.iter().map(|e| e["reason"].as_str().unwrap_or("?")).collect();
-    if got_reasons != want_reasons {
-        diffs.push(format!("events: expected reasons {want_reasons:?}, got {got_reasons:?}"));
-    } else {
-        for (i, (w, n)) in want_events.iter().zip(&got.notes).enumerate() {
-            let got = serde_json::json!({
-                "reason": n.reason,
-                "type": if n.warning { "Warning" } else { "Normal" },
-                "message": n.message,
-            });
-            subset(&format!("events[{i}]"), w, &got, &mut diffs);
-        }
-    }
-    diffs
-}
-
 #[test]
 fn every_status_fixture_holds() {
-    let files = fixtures();
-    assert!(files.len() >= 20, "expected the status fixtures, found {}", files.len());
-    let mut failures = vec![];
-    for path in &files {
-        let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("?").to_string();
-        let raw = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {file}: {e}"));
-        let case: Value = serde_saphyr::from_str(&raw).unwrap_or_else(|e| panic!("{file}: not YAML: {e}"));
-        let got = run(&case, &file);
-        for d in check(&file, &case, &got) {
-            failures.push(format!("{file}: {d}"));
-        }
-    }
-    assert!(failures.is_empty(), "{} difference(s):\n{}", failures.len(), failures.join("\n"));
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/status");
+    optest::fixtures::every_case_holds(&dir, 20, |case, file| {
+        let got = run(case, file);
+        let events = got.notes.iter().map(|n| event(&n.reason, n.warning, &n.message)).collect();
+        (serde_json::to_value(&got.status).expect("the status serializes"), events)
+    });
 }

@@ -8,12 +8,9 @@ mod support;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use std::fmt::Debug;
 use support::*;
 
 const IMAGE: &str = "registry.example.com/team-a/web:1.0.0";
@@ -25,17 +22,7 @@ fn restores(env: &Env) -> u64 {
 
 /// Tamper with one object as `kubectl edit` would (a merge patch by the field manager
 /// `kubectl-edit`), then wait until the object is back to what it was and the operator said so.
-async fn tamper<K>(env: &Env, preview: &str, name: &str, patch: Value, said: &str)
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
+async fn tamper<K: optest::Namespaced>(env: &Env, preview: &str, name: &str, patch: Value, said: &str) {
     let ns = env.ns_of(preview);
     let api: Api<K> = Api::namespaced(env.admin.clone(), &ns);
     let content = |o: &K| {

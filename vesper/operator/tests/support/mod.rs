@@ -1,25 +1,21 @@
 //! The end-to-end harness: a devcluster with the CRD and the shipped RBAC installed, and the
 //! operator running in-process as the `vesper-system/vesper-operator` service account (so a
-//! missing permission shows), with a clock the test can move forward.
+//! missing permission shows), with a clock the test can move forward. What is not Vesper's
+//! (the cluster fixture, the service account, waits, Events) is optest's.
 
 #![allow(dead_code)]
 
 use devcluster::DevCluster;
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{Condition, await_condition, conditions};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, CustomResourceExt, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, CustomResourceExt, ResourceExt};
+// What the tests use of optest, under the names they know (each test uses some).
+#[allow(unused_imports)]
+pub use optest::wait::Recorder;
+#[allow(unused_imports)]
+pub use optest::{WAIT, eventually, wait_deleted, wait_for};
 use serde_json::json;
-use std::fmt::Debug;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 use vesper_api::{Phase, PreviewEnvironment};
 use vesper_operator::Config;
 use vesper_operator::clock::Clock;
@@ -29,45 +25,13 @@ use vesper_operator::metrics::Metrics;
 pub const TEAM: &str = "team-a";
 /// The namespace of the ingress controller (the operator's default `--ingress-namespace`).
 pub const INGRESS_NS: &str = "ingress-nginx";
-/// How long any one wait may take (generous: tests run in parallel on a small machine).
-pub const WAIT: Duration = Duration::from_secs(90);
+/// The operator's namespace and ServiceAccount (deploy/vesper/rbac.yaml).
+const OPERATOR_NS: &str = "vesper-system";
+const OPERATOR_SA: &str = "vesper-operator";
 
-/// The operator, running in a task of the test's runtime; stopped when dropped.
-pub struct Operator {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    pub metrics: Arc<Metrics>,
-}
-
-impl Operator {
-    /// Ask it to stop (graceful shutdown: reconciles in flight finish) and wait until it did.
-    pub async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.task.take() {
-            let r =
-                tokio::time::timeout(WAIT, t).await.expect("the operator stops in time").expect("the operator task");
-            r.expect("the operator ran without error");
-        }
-    }
-
-    /// Whether the operator has ended (it should not, until stopped).
-    pub fn finished(&self) -> bool {
-        self.task.as_ref().is_none_or(|t| t.is_finished())
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
-    }
-}
+/// The operator, running in a task of the test's runtime (its metrics at hand); stopped when
+/// dropped.
+pub type Operator = optest::inprocess::InProcess<Arc<Metrics>>;
 
 pub struct Env {
     /// First, so that it is dropped (stopped) before the cluster it talks to.
@@ -81,7 +45,6 @@ pub struct Env {
     /// own from it, counting its requests into its metrics (as the binary's does).
     sa_config: kube::Config,
     pub clock: Clock,
-    touches: AtomicU64,
 }
 
 /// The operator's settings the tests use unless they say otherwise.
@@ -102,29 +65,22 @@ impl Env {
     /// A cluster ready for the operator (not started yet).
     pub async fn cluster(options: devcluster::Options) -> Env {
         // The operator's warnings (failed reconciles) in the test's output: RUST_LOG to see more.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "warn,vesper_operator=info".into()),
-            )
-            .with_test_writer()
-            .try_init();
-        let dc = DevCluster::start_with(options).await.expect("devcluster starts");
+        optest::init_tracing("warn,vesper_operator=info");
+        let dc = optest::cluster::start(options).await;
         let admin = dc.client();
-        install_crd(&admin).await;
-        apply_rbac(&admin).await;
-        let namespaces: Api<Namespace> = Api::all(admin.clone());
-        for ns in [INGRESS_NS, TEAM] {
-            namespaces
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("a namespace"),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("create namespace {ns}: {e}"));
-        }
-        let (sa, sa_config) = service_account_client(&dc, &admin).await;
-        Env { dc, admin, sa, sa_config, clock: Clock::default(), op: None, touches: AtomicU64::new(0) }
+        optest::cluster::install_crds(&admin, &[PreviewEnvironment::crd()]).await;
+        // deploy/vesper/rbac.yaml, every document created as the admin.
+        let rbac = optest::cluster::write_yaml(
+            &admin,
+            &optest::read("deploy/vesper/rbac.yaml"),
+            optest::cluster::Write::Create,
+        )
+        .await;
+        assert_eq!(rbac, 6, "rbac.yaml: the namespace, account, ClusterRole and binding, Role and binding");
+        optest::cluster::create_namespaces(&admin, &[INGRESS_NS, TEAM]).await;
+        let sa_config = optest::service_account::config(&dc, OPERATOR_NS, OPERATOR_SA).await;
+        let sa = Client::try_from(sa_config.clone()).expect("a client for the service account");
+        Env { dc, admin, sa, sa_config, clock: Clock::default(), op: None }
     }
 
     /// A cluster (2 nodes) with the operator running with `config`.
@@ -142,20 +98,12 @@ impl Env {
     pub fn start_operator(&mut self, config: Config) {
         assert!(self.op.is_none(), "an operator is already running");
         let metrics = Arc::new(Metrics::new());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let shutdown = async move {
-            let _ = rx.await;
-        };
         let client = opkit::client::counted(self.sa_config.clone(), &metrics.requests)
             .expect("a client for the service account");
-        let task = tokio::spawn(vesper_operator::run_with_clock(
-            client,
-            config,
-            metrics.clone(),
-            self.clock.clone(),
-            shutdown,
-        ));
-        self.op = Some(Operator { stop: Some(tx), task: Some(task), metrics });
+        let clock = self.clock.clone();
+        self.op = Some(Operator::spawn(metrics.clone(), move |shutdown| {
+            vesper_operator::run_with_clock(client, config, metrics, clock, shutdown)
+        }));
     }
 
     /// Stop the running operator and wait until it has stopped.
@@ -165,7 +113,7 @@ impl Env {
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.op.as_ref().expect("an operator runs").metrics.clone()
+        self.op.as_ref().expect("an operator runs").state.clone()
     }
 
     pub fn previews(&self) -> Api<PreviewEnvironment> {
@@ -190,29 +138,14 @@ impl Env {
 
     /// Change an annotation of the preview nobody reads: a watch event, no spec change.
     pub async fn touch(&self, name: &str) -> PreviewEnvironment {
-        let n = self.touches.fetch_add(1, Ordering::Relaxed);
-        self.previews()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {"e2e.example.com/touched": n.to_string()}}})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("touch preview {name}: {e}"))
+        optest::touch(&self.previews(), name).await
     }
 
     /// Let the operator settle on the preview: touch it and wait until a reconcile ran, twice, so
     /// that no reconcile queued by an earlier change is still to come.
     pub async fn settle(&self, name: &str) {
         let m = self.metrics();
-        for _ in 0..2 {
-            let r0 = reconciles_ok(&m) + reconciles_failed(&m);
-            self.touch(name).await;
-            eventually("the operator reconciled the touched preview", || {
-                reconciles_ok(&m) + reconciles_failed(&m) > r0
-            })
-            .await;
-        }
+        optest::settle(&self.previews(), name, || reconciles_ok(&m) + reconciles_failed(&m)).await;
     }
 
     pub async fn get(&self, name: &str) -> PreviewEnvironment {
@@ -226,21 +159,15 @@ impl Env {
         what: &str,
         cond: impl Fn(&PreviewEnvironment) -> bool,
     ) -> PreviewEnvironment {
-        let api = self.previews();
         let c = move |o: Option<&PreviewEnvironment>| o.is_some_and(&cond);
-        match tokio::time::timeout(WAIT, await_condition(api.clone(), name, c)).await {
-            Ok(Ok(Some(pe))) => pe,
-            Ok(Ok(None)) => panic!("preview {name} is gone while waiting for: {what}"),
-            Ok(Err(e)) => panic!("watching preview {name}: {e}"),
-            Err(_) => {
-                let now = api.get_opt(name).await.ok().flatten();
-                let running = self.op.as_ref().is_some_and(|o| !o.finished());
-                panic!(
-                    "timed out waiting for preview {name}: {what}\noperator running: {running}\nthe preview: {}",
-                    serde_json::to_string_pretty(&now).unwrap_or_default()
-                )
-            }
-        }
+        optest::wait::wait_for_explained(self.previews(), name, &format!("preview {what}"), c, |now| {
+            let running = self.op.as_ref().is_some_and(|o| !o.finished());
+            format!(
+                "operator running: {running}\nthe preview: {}",
+                serde_json::to_string_pretty(&now).unwrap_or_default()
+            )
+        })
+        .await
     }
 
     pub async fn wait_phase(&self, name: &str, phase: Phase) -> PreviewEnvironment {
@@ -270,10 +197,7 @@ impl Env {
     }
 
     /// An object in a preview namespace, as the admin reads it.
-    pub async fn obj<K>(&self, ns: &str, name: &str) -> K
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()> + Clone + Debug + DeserializeOwned,
-    {
+    pub async fn obj<K: optest::Namespaced>(&self, ns: &str, name: &str) -> K {
         Api::<K>::namespaced(self.admin.clone(), ns)
             .get(name)
             .await
@@ -282,15 +206,7 @@ impl Env {
 
     /// Events about a preview (events.k8s.io, in TEAM).
     pub async fn events_of(&self, name: &str) -> Vec<Event> {
-        let api: Api<Event> = Api::namespaced(self.admin.clone(), TEAM);
-        api.list(&Default::default())
-            .await
-            .expect("list events")
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("PreviewEnvironment"))
-            .collect()
+        optest::events::about(&self.admin, TEAM, "PreviewEnvironment", name).await
     }
 
     /// Wait for an Event about the preview with this reason and type; return it.
@@ -300,32 +216,13 @@ impl Env {
 
     /// Wait for an Event about the preview with this reason and type whose note contains `note`.
     pub async fn wait_event_with(&self, name: &str, reason: &str, type_: &str, note: &str) -> Event {
-        let api: Api<Event> = Api::namespaced(self.admin.clone(), TEAM);
-        let matches = |e: &Event| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                && e.reason.as_deref() == Some(reason)
+        let what = format!("{type_} {reason} saying {note:?}");
+        optest::events::wait_for(&self.admin, TEAM, "PreviewEnvironment", name, &what, |e| {
+            e.reason.as_deref() == Some(reason)
                 && e.type_.as_deref() == Some(type_)
                 && e.note.as_deref().unwrap_or_default().contains(note)
-        };
-        let stream = watcher(api, watcher::Config::default()).applied_objects();
-        let found = tokio::time::timeout(WAIT, async {
-            let mut s = std::pin::pin!(stream);
-            while let Some(e) = s.try_next().await.expect("watch events") {
-                if matches(&e) {
-                    return e;
-                }
-            }
-            panic!("the event watch ended")
         })
-        .await;
-        match found {
-            Ok(e) => e,
-            Err(_) => {
-                let seen: Vec<(Option<String>, Option<String>, Option<String>)> =
-                    self.events_of(name).await.into_iter().map(|e| (e.type_, e.reason, e.note)).collect();
-                panic!("no {type_} event {reason} about {name}; events: {seen:#?}")
-            }
-        }
+        .await
     }
 }
 
@@ -378,159 +275,4 @@ pub fn metrics_text(m: &Metrics, prefix: &str) -> String {
 /// Failed reconciles so far.
 pub fn reconciles_failed(m: &Metrics) -> u64 {
     m.reconcile.count("error")
-}
-
-/// Wait (polling, for in-process state that has no watch) until `f` holds.
-pub async fn eventually(what: &str, f: impl Fn() -> bool) {
-    let r = tokio::time::timeout(WAIT, async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(r.is_ok(), "timed out waiting until {what}");
-}
-
-/// Wait until the object with this uid is deleted.
-pub async fn wait_deleted<K>(api: Api<K>, name: &str, uid: &str)
-where
-    K: Clone + Debug + Send + DeserializeOwned + Resource + 'static,
-{
-    let r = tokio::time::timeout(WAIT, await_condition(api.clone(), name, conditions::is_deleted(uid))).await;
-    match r {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => panic!("watching {name}: {e}"),
-        Err(_) => {
-            let now = api.get_opt(name).await.ok().flatten();
-            panic!("timed out waiting for {name} to be deleted; it is: {now:#?}")
-        }
-    }
-}
-
-/// Wait until an object satisfies a condition.
-pub async fn wait_for<K>(api: Api<K>, name: &str, what: &str, cond: impl Condition<K>) -> K
-where
-    K: Clone + Debug + Send + DeserializeOwned + Resource + 'static,
-{
-    match tokio::time::timeout(WAIT, await_condition(api.clone(), name, cond)).await {
-        Ok(Ok(Some(o))) => o,
-        Ok(Ok(None)) => panic!("{name} is gone while waiting for: {what}"),
-        Ok(Err(e)) => panic!("watching {name}: {e}"),
-        Err(_) => {
-            let now = api.get_opt(name).await.ok().flatten();
-            panic!("timed out waiting for {name}: {what}; it is: {now:#?}")
-        }
-    }
-}
-
-async fn install_crd(admin: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    crds.create(&PostParams::default(), &PreviewEnvironment::crd()).await.expect("the CRD is accepted");
-    wait_for(crds, "previewenvironments.vesper.eventide.dev", "Established", conditions::is_crd_established()).await;
-}
-
-/// deploy/vesper/rbac.yaml, every document created as the admin.
-async fn apply_rbac(admin: &Client) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/vesper/rbac.yaml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let mut docs = vec![String::new()];
-    for line in text.lines() {
-        if line.trim_end() == "---" {
-            docs.push(String::new());
-        } else if let Some(d) = docs.last_mut() {
-            d.push_str(line);
-            d.push('\n');
-        }
-    }
-    let mut created = 0;
-    for doc in docs.iter().filter(|d| d.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))) {
-        let v = devcluster::request::decode_body(doc.as_bytes(), true)
-            .unwrap_or_else(|e| panic!("rbac.yaml: {e:?}\n{doc}"));
-        let obj: DynamicObject =
-            serde_json::from_value(v).unwrap_or_else(|e| panic!("rbac.yaml: not an object: {e}\n{doc}"));
-        let tm = obj.types.clone().expect("apiVersion and kind");
-        let (group, version) = tm.api_version.rsplit_once('/').unwrap_or(("", tm.api_version.as_str()));
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &tm.kind));
-        let api: Api<DynamicObject> = match obj.namespace() {
-            Some(ns) => Api::namespaced_with(admin.clone(), &ns, &ar),
-            None => Api::all_with(admin.clone(), &ar),
-        };
-        api.create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("create {} {}: {e}", tm.kind, obj.name_any()));
-        created += 1;
-    }
-    assert_eq!(created, 6, "rbac.yaml: the namespace, account, ClusterRole and binding, Role and binding");
-}
-
-/// A client authenticated as `vesper-system/vesper-operator` with a TokenRequest token, built
-/// from the admin kubeconfig's server and CA.
-async fn service_account_client(dc: &DevCluster, admin: &Client) -> (Client, kube::Config) {
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "vesper-system");
-    let tr = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
-        ..Default::default()
-    };
-    let token = sas
-        .create_token_request("vesper-operator", &PostParams::default(), &tr)
-        .await
-        .expect("a token for vesper-system/vesper-operator")
-        .status
-        .expect("the TokenRequest's status")
-        .token;
-    let kc = kube::config::Kubeconfig::from_yaml(dc.kubeconfig_yaml()).expect("the admin kubeconfig");
-    let mut v = serde_json::to_value(&kc).expect("kubeconfig as JSON");
-    v["users"] = json!([{"name": "vesper-operator", "user": {"token": token}}]);
-    v["contexts"][0]["context"]["user"] = json!("vesper-operator");
-    // JSON is YAML.
-    let kc = kube::config::Kubeconfig::from_yaml(&v.to_string()).expect("the service account's kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("a client configuration for the service account");
-    (Client::try_from(config.clone()).expect("a client for the service account"), config)
-}
-
-/// Watch a kind (all namespaces, the admin's view) and keep every version seen, until dropped.
-pub struct Recorder<K> {
-    pub seen: Arc<std::sync::Mutex<Vec<K>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl<K> Recorder<K>
-where
-    K: Clone + Debug + Send + Sync + DeserializeOwned + Resource + 'static,
-    K::DynamicType: Default,
-{
-    pub async fn start(api: Api<K>, cfg: watcher::Config) -> Recorder<K> {
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let s2 = seen.clone();
-        let task = tokio::spawn(async move {
-            let mut ready = Some(ready_tx);
-            let mut stream = std::pin::pin!(watcher(api, cfg));
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => s2.lock().expect("lock").push(o),
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(r) = ready.take() {
-                            let _ = r.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        });
-        let _ = tokio::time::timeout(WAIT, ready_rx).await;
-        Recorder { seen, task }
-    }
-
-    pub fn all(&self) -> Vec<K> {
-        self.seen.lock().expect("lock").clone()
-    }
-}
-
-impl<K> Drop for Recorder<K> {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
