@@ -17,19 +17,18 @@ mod support;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
+use optest::metrics::Scrape;
+use optest::process::{Proc, Spawn};
+use optest::secs;
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::TEAM;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use varroa_api::{Controller, ControllerPhase};
 
 const N: usize = 500;
@@ -58,226 +57,105 @@ fn controller(i: usize) -> Controller {
     .expect("a valid Controller")
 }
 
-/// A kubeconfig for `varroa-system/varroa-operator` (a bound token), as JSON (valid YAML).
-async fn operator_kubeconfig(env: &support::Env) -> String {
-    let sas: Api<ServiceAccount> = Api::namespaced(env.admin.clone(), "varroa-system");
-    let tr = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(24 * 3600), ..Default::default() },
-        ..Default::default()
-    };
-    let token = sas
-        .create_token_request("varroa-operator", &PostParams::default(), &tr)
+/// The sum of `metric` over the series with all of `labels`, as a count.
+fn sum(s: &Scrape, metric: &str, labels: &[&str]) -> u64 {
+    s.sum(metric, labels) as u64
+}
+
+fn reconciles(s: &Scrape) -> u64 {
+    sum(s, "varroa_reconciles_total", &[])
+}
+
+/// API writes: `varroa_apply_total` with outcome created, updated or deleted.
+fn writes(s: &Scrape) -> u64 {
+    ["created", "updated", "deleted"].iter().map(|o| sum(s, "varroa_apply_total", &[&format!("outcome=\"{o}\"")])).sum()
+}
+
+/// The writes by kind and outcome, e.g. `ControllerStatus updated 3`.
+fn writes_by_kind(s: &Scrape) -> String {
+    let mut out = vec![];
+    for (k, v) in s.series() {
+        if let Some(labels) = k.strip_prefix("varroa_apply_total{")
+            && !labels.contains("outcome=\"unchanged\"")
+            && v > 0.0
+        {
+            let label = |name: &str| {
+                labels
+                    .split(',')
+                    .find_map(|p| p.strip_prefix(&format!("{name}=\"")))
+                    .map(|s| s.trim_end_matches(['"', '}']))
+            };
+            out.push(format!("{} {} {v}", label("kind").unwrap_or("?"), label("outcome").unwrap_or("?")));
+        }
+    }
+    if out.is_empty() { "none".into() } else { out.join(", ") }
+}
+
+/// Everything the counters of interest add up to, to see when they stop moving.
+fn fingerprint(s: &Scrape) -> (u64, u64, u64) {
+    (reconciles(s), writes(s), sum(s, "varroa_apply_total", &["outcome=\"unchanged\""]))
+}
+
+/// The operator binary as a child process, ready; killed on drop.
+async fn start_operator(kubeconfig: &std::path::Path, intervals: &[&str]) -> Proc {
+    Spawn::new(env!("CARGO_BIN_EXE_varroa-operator"), "varroa-operator")
+        .args(intervals.iter().copied())
+        .listen(&["--health-addr"])
+        .kubeconfig(kubeconfig)
+        .warnings_to_terminal()
+        .spawn_ready(Duration::from_secs(30))
         .await
-        .expect("a token for varroa-system/varroa-operator")
-        .status
-        .expect("a token")
-        .token;
-    let kc = kube::config::Kubeconfig::from_yaml(env.dc.kubeconfig_yaml()).expect("the admin kubeconfig");
-    let mut v = serde_json::to_value(&kc).expect("kubeconfig as JSON");
-    v["users"] = json!([{"name": "varroa-operator", "user": {"token": token}}]);
-    v["contexts"][0]["context"]["user"] = json!("varroa-operator");
-    v.to_string()
 }
 
-/// The operator binary as a child process, killed on drop.
-struct Operator {
-    child: Child,
-    health: std::net::SocketAddr,
+/// Polls /metrics until `done` holds; returns the scrape that satisfied it.
+async fn until(op: &Proc, what: &str, done: impl Fn(&Scrape) -> bool) -> Scrape {
+    let found = optest::wait::poll(TIMEOUT, POLL, || async {
+        let s = op.scrape().await;
+        done(&s).then_some(s)
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("timed out waiting until {what}"))
 }
 
-/// One scrape of /metrics: `name{labels}` to value.
-struct Scrape(BTreeMap<String, f64>);
-
-impl Scrape {
-    /// The sum of `metric` over the series whose labels contain every one of `labels`
-    /// (`key="value"`).
-    fn sum(&self, metric: &str, labels: &[&str]) -> u64 {
-        self.0
-            .iter()
-            .filter(|(k, _)| k.starts_with(&format!("{metric}{{")) && labels.iter().all(|l| k.contains(l)))
-            .map(|(_, v)| v)
-            .sum::<f64>() as u64
-    }
-
-    fn reconciles(&self) -> u64 {
-        self.sum("varroa_reconciles_total", &[])
-    }
-
-    /// API writes: `varroa_apply_total` with outcome created, updated or deleted.
-    fn writes(&self) -> u64 {
-        ["created", "updated", "deleted"]
-            .iter()
-            .map(|o| self.sum("varroa_apply_total", &[&format!("outcome=\"{o}\"")]))
-            .sum()
-    }
-
-    /// The writes by kind and outcome, e.g. `ControllerStatus updated 3`.
-    fn writes_by_kind(&self) -> String {
-        let mut out = vec![];
-        for (k, v) in &self.0 {
-            if let Some(labels) = k.strip_prefix("varroa_apply_total{")
-                && !labels.contains("outcome=\"unchanged\"")
-                && *v > 0.0
-            {
-                let label = |name: &str| {
-                    labels
-                        .split(',')
-                        .find_map(|p| p.strip_prefix(&format!("{name}=\"")))
-                        .map(|s| s.trim_end_matches(['"', '}']))
-                };
-                out.push(format!("{} {} {v}", label("kind").unwrap_or("?"), label("outcome").unwrap_or("?")));
-            }
-        }
-        if out.is_empty() { "none".into() } else { out.join(", ") }
-    }
-
-    /// Everything the counters of interest add up to, to see when they stop moving.
-    fn fingerprint(&self) -> (u64, u64, u64) {
-        (self.reconciles(), self.writes(), self.sum("varroa_apply_total", &["outcome=\"unchanged\""]))
-    }
-}
-
-impl Operator {
-    async fn start(kubeconfig: &std::path::Path, intervals: &[&str]) -> Operator {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
-        let child = Command::new(env!("CARGO_BIN_EXE_varroa-operator"))
-            .arg("--health-addr")
-            .arg(port.to_string())
-            .args(intervals)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the operator starts");
-        let op = Operator { child, health: port };
-        let deadline = Instant::now() + Duration::from_secs(30);
+/// Polls /metrics until reconciles and writes have not changed for [`QUIET`]; returns the last
+/// scrape and when the counters last moved.
+async fn until_idle(op: &Proc) -> (Scrape, Instant) {
+    let wait = async {
+        let mut last = op.scrape().await;
+        let mut since = Instant::now();
         loop {
-            if let Ok(body) = op.get("/readyz").await
-                && body.starts_with("HTTP/1.1 200")
-            {
-                break;
+            tokio::time::sleep(POLL).await;
+            let s = op.scrape().await;
+            if fingerprint(&s) != fingerprint(&last) {
+                since = Instant::now();
+                last = s;
+            } else if since.elapsed() >= QUIET {
+                return (s, since);
             }
-            assert!(Instant::now() < deadline, "the operator was not ready within 30s");
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        op
-    }
-
-    async fn get(&self, path: &str) -> std::io::Result<String> {
-        let mut s = tokio::net::TcpStream::connect(self.health).await?;
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok(out)
-    }
-
-    async fn scrape(&self) -> Scrape {
-        let body = self.get("/metrics").await.expect("metrics scraped");
-        let body = body.split_once("\r\n\r\n").map_or(body.as_str(), |(_, b)| b);
-        Scrape(
-            body.lines()
-                .filter(|l| !l.starts_with('#'))
-                .filter_map(|l| {
-                    let (k, v) = l.rsplit_once(' ')?;
-                    Some((k.to_string(), v.parse::<f64>().ok()?))
-                })
-                .collect(),
-        )
-    }
-
-    /// Polls /metrics until `done` holds; returns the scrape that satisfied it.
-    async fn until(&self, what: &str, done: impl Fn(&Scrape) -> bool) -> Scrape {
-        let wait = async {
-            loop {
-                let s = self.scrape().await;
-                if done(&s) {
-                    return s;
-                }
-                tokio::time::sleep(POLL).await;
-            }
-        };
-        tokio::time::timeout(TIMEOUT, wait).await.unwrap_or_else(|_| panic!("timed out waiting until {what}"))
-    }
-
-    /// Polls /metrics until reconciles and writes have not changed for [`QUIET`]; returns the
-    /// last scrape and when the counters last moved.
-    async fn until_idle(&self) -> (Scrape, Instant) {
-        let wait = async {
-            let mut last = self.scrape().await;
-            let mut since = Instant::now();
-            loop {
-                tokio::time::sleep(POLL).await;
-                let s = self.scrape().await;
-                if s.fingerprint() != last.fingerprint() {
-                    since = Instant::now();
-                    last = s;
-                } else if since.elapsed() >= QUIET {
-                    return (s, since);
-                }
-            }
-        };
-        tokio::time::timeout(TIMEOUT, wait).await.expect("the operator went idle in time")
-    }
-
-    /// (current RSS, peak RSS) in MiB, from /proc.
-    fn memory(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc status");
-        let kib = |key: &str| -> f64 {
-            status
-                .lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
-    }
-
-    /// SIGTERM, then wait for the exit (the binary's grace period is 15 s); returns how long the
-    /// shutdown took.
-    async fn terminate(mut self) -> Duration {
-        let t = Instant::now();
-        let status = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().expect("kill runs");
-        assert!(status.success(), "SIGTERM sent");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(exit) = self.child.try_wait().expect("wait") {
-                assert!(exit.success(), "the operator exited cleanly on SIGTERM: {exit}");
-                return t.elapsed();
-            }
-            assert!(Instant::now() < deadline, "the operator did not stop within 30s of SIGTERM");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    };
+    tokio::time::timeout(TIMEOUT, wait).await.expect("the operator went idle in time")
 }
 
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// SIGTERM, then wait for the exit (the binary's grace period is 15 s); returns how long the
+/// shutdown took.
+async fn terminate(mut op: Proc) -> Duration {
+    let t = Instant::now();
+    op.terminate();
+    let exit = op.wait_exit(Duration::from_secs(30)).await;
+    assert!(exit.success(), "the operator exited cleanly on SIGTERM: {exit}");
+    t.elapsed()
 }
 
 /// Wait until `n` controllers are Running for their generation.
 async fn all_running(client: Client, n: usize) {
     let api: Api<Controller> = Api::namespaced(client, TEAM);
-    let mut running = BTreeSet::new();
-    let mut stream = watcher(api, watcher::Config::default()).applied_objects().boxed();
-    let wait = async {
-        while let Some(c) = stream.try_next().await.expect("watching controllers") {
-            let st = c.status.as_ref();
-            if st.and_then(|s| s.phase) == Some(ControllerPhase::Running)
-                && st.and_then(|s| s.observed_generation) == c.metadata.generation
-            {
-                running.insert(c.name_any());
-                if running.len() == n {
-                    return;
-                }
-            }
-        }
+    let running = |c: &Controller| {
+        let st = c.status.as_ref();
+        st.and_then(|s| s.phase) == Some(ControllerPhase::Running)
+            && st.and_then(|s| s.observed_generation) == c.metadata.generation
     };
-    tokio::time::timeout(TIMEOUT, wait).await.expect("all controllers Running in time");
+    optest::wait::until_count(api, watcher::Config::default(), n, TIMEOUT, "controllers Running", running).await;
 }
 
 /// The floor of a reconcile: the reads it makes for controller `i`, in its order (the gateway
@@ -323,14 +201,6 @@ async fn startup_lists(client: &Client) -> kube::Result<()> {
     Ok(())
 }
 
-fn secs(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-    } else {
-        format!("{:.2} s", d.as_secs_f64())
-    }
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -340,15 +210,19 @@ async fn main() {
     // each request of a non-admin user, and each Controller brings one of each, so with the
     // service account's token (VARROA_BENCH_AS=sa) the cluster, not the operator, dominates.
     let as_sa = std::env::var("VARROA_BENCH_AS").is_ok_and(|v| v == "sa");
-    let kubeconfig_yaml = if as_sa { operator_kubeconfig(&env).await } else { env.dc.kubeconfig_yaml().to_string() };
+    let kubeconfig_yaml = if as_sa {
+        optest::service_account::kubeconfig(&env.dc, "varroa-system", "varroa-operator").await
+    } else {
+        env.dc.kubeconfig_yaml().to_string()
+    };
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, &kubeconfig_yaml).expect("kubeconfig written");
     let client = devcluster::client_for(&kubeconfig_yaml).await.expect("a client with the operator's credentials");
     let mut rows: Vec<(String, String, String)> = vec![];
 
     // Phase 1: provision.
-    let op = Operator::start(&kubeconfig, &INTERVALS).await;
-    let (idle, _) = op.memory();
+    let op = start_operator(&kubeconfig, &INTERVALS).await;
+    let (idle, _) = op.memory().mib();
     let t = Instant::now();
     let waiter = tokio::spawn(all_running(env.admin.clone(), N));
     let api = env.controllers();
@@ -363,29 +237,29 @@ async fn main() {
         .expect("controllers created");
     waiter.await.expect("waiter");
     let provisioned = t.elapsed();
-    let (s1, _) = op.until_idle().await;
-    let (rss1, peak1) = op.memory();
-    let stop = op.terminate().await;
+    let (s1, _) = until_idle(&op).await;
+    let (rss1, peak1) = op.memory().mib();
+    let stop = terminate(op).await;
     let phase1_done = tokio::time::Instant::now();
-    eprintln!("phase 1: all Running in {}; writes {}", secs(provisioned), s1.writes_by_kind());
+    eprintln!("phase 1: all Running in {}; writes {}", secs(provisioned), writes_by_kind(&s1));
 
     // Phase 2: restart; the new process reconciles everything.
     let rv0 = env.dc.cluster().store.current_rv();
     let t = Instant::now();
-    let op = Operator::start(&kubeconfig, &INTERVALS).await;
+    let op = start_operator(&kubeconfig, &INTERVALS).await;
     let ready = t.elapsed();
-    op.until(&format!("{N} reconciles"), |s| s.reconciles() >= N as u64).await;
+    until(&op, &format!("{N} reconciles"), |s| reconciles(s) >= N as u64).await;
     let reconciled = t.elapsed();
-    let (s2, last) = op.until_idle().await;
+    let (s2, last) = until_idle(&op).await;
     let settled = last.duration_since(t);
-    let (rss2, peak2) = op.memory();
+    let (rss2, peak2) = op.memory().mib();
     let store_writes = env.dc.cluster().store.current_rv() - rv0;
-    let ok = s2.sum("varroa_reconciles_total", &["result=\"ok\""]);
-    let failed = s2.sum("varroa_reconciles_total", &["result=\"error\""]);
-    let unchanged = s2.sum("varroa_apply_total", &["outcome=\"unchanged\""]);
-    let status_writes = s2.sum("varroa_apply_total", &["kind=\"ControllerStatus\""]);
-    eprintln!("phase 2: writes {}", s2.writes_by_kind());
-    op.terminate().await;
+    let ok = sum(&s2, "varroa_reconciles_total", &["result=\"ok\""]);
+    let failed = sum(&s2, "varroa_reconciles_total", &["result=\"error\""]);
+    let unchanged = sum(&s2, "varroa_apply_total", &["outcome=\"unchanged\""]);
+    let status_writes = sum(&s2, "varroa_apply_total", &["kind=\"ControllerStatus\""]);
+    eprintln!("phase 2: writes {}", writes_by_kind(&s2));
+    terminate(op).await;
 
     // Phase 3: a restart after the stamps went stale (an operator down longer than the stamp
     // interval): each controller earns exactly one status write, however many passes run.
@@ -393,12 +267,12 @@ async fn main() {
     // second pass finds its own fresh stamp (an interval shorter than a pass under load would
     // keep stamping: the interval is minutes in production).
     tokio::time::sleep_until(phase1_done + Duration::from_secs(15)).await;
-    let op = Operator::start(&kubeconfig, &["--resync-interval", "1h", "--stamp-interval", "15s"]).await;
-    op.until(&format!("{N} reconciles"), |s| s.reconciles() >= N as u64).await;
-    let (s3, _) = op.until_idle().await;
-    let stale_status_writes = s3.sum("varroa_apply_total", &["kind=\"ControllerStatus\""]);
-    eprintln!("phase 3: writes {}", s3.writes_by_kind());
-    op.terminate().await;
+    let op = start_operator(&kubeconfig, &["--resync-interval", "1h", "--stamp-interval", "15s"]).await;
+    until(&op, &format!("{N} reconciles"), |s| reconciles(s) >= N as u64).await;
+    let (s3, _) = until_idle(&op).await;
+    let stale_status_writes = sum(&s3, "varroa_apply_total", &["kind=\"ControllerStatus\""]);
+    eprintln!("phase 3: writes {}", writes_by_kind(&s3));
+    terminate(op).await;
 
     // The floor: the same reads, sent directly with the operator's credentials.
     let t = Instant::now();
@@ -416,7 +290,7 @@ async fn main() {
     rows.push((format!("create {N} Controllers (32 in flight) to all Running"), secs(provisioned), "-".into()));
     rows.push((
         "operator writes while provisioning (per Controller)".into(),
-        format!("{} ({:.1})", s1.writes(), s1.writes() as f64 / N as f64),
+        format!("{} ({:.1})", writes(&s1), writes(&s1) as f64 / N as f64),
         "-".into(),
     ));
     rows.push((
@@ -447,19 +321,19 @@ async fn main() {
     ));
     rows.push((
         "restart: API writes by the operator (of which status)".into(),
-        format!("{} ({status_writes})", s2.writes()),
+        format!("{} ({status_writes})", writes(&s2)),
         "0".into(),
     ));
     rows.push(("restart: compare-then-write checks that wrote nothing".into(), unchanged.to_string(), "-".into()));
     let requests = |s: &Scrape| {
-        let by = |v: &str| s.sum("varroa_api_requests_total", &[&format!("verb=\"{v}\"")]);
+        let by = |v: &str| sum(s, "varroa_api_requests_total", &[&format!("verb=\"{v}\"")]);
         format!(
             "{} GET, {} LIST, {} watch, {} dry runs and updates ({:.2} GET per reconcile)",
             by("get"),
             by("list"),
             by("watch"),
             by("update"),
-            by("get") as f64 / s.reconciles().max(1) as f64
+            by("get") as f64 / reconciles(s).max(1) as f64
         )
     };
     rows.push(("provisioning: requests the operator sent".into(), requests(&s1), "-".into()));
@@ -470,7 +344,7 @@ async fn main() {
     ));
     rows.push((
         "restart with stale stamps: status writes (other writes)".into(),
-        format!("{stale_status_writes} ({})", s3.writes() - stale_status_writes),
+        format!("{stale_status_writes} ({})", writes(&s3) - stale_status_writes),
         format!("{N} (one stamp each), 0"),
     ));
     rows.push(("restart: store writes, cluster-wide".into(), store_writes.to_string(), "-".into()));
@@ -486,8 +360,8 @@ async fn main() {
     for (a, b, c) in rows {
         println!("| {a} | {b} | {c} |");
     }
-    if s2.writes() > 0 {
-        println!("\nwrites after the restart: {}", s2.writes_by_kind());
+    if writes(&s2) > 0 {
+        println!("\nwrites after the restart: {}", writes_by_kind(&s2));
     }
     drop(env);
 }

@@ -22,9 +22,8 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
+use optest::kubectl::Kubectl;
 use serde_json::json;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use support::*;
 use varroa_api::ControllerPhase;
 use varroa_api::lifecycle::{REASON_OWNERSHIP_CONFLICT, condition};
@@ -34,63 +33,33 @@ const AS: &str = "--as=system:serviceaccount:varroa-system:varroa-operator";
 /// The policy's name, as its denials cite it.
 const POLICY: &str = "ValidatingAdmissionPolicy 'varroa-operator-scope'";
 
-struct Kubectl {
-    kubeconfig: std::path::PathBuf,
-    cache: tempfile::TempDir,
+/// `kubectl auth can-i VERB RESOURCE [--subresource SUB] [-n NS] --as=<the operator>`, with
+/// `resource` written `pods:exec` for a subresource (`pods/exec` would name a pod "exec").
+async fn can_i(kubectl: &Kubectl, verb: &str, resource: &str, ns: Option<&str>) -> bool {
+    let (resource, sub) = resource.split_once(':').map_or((resource, None), |(r, s)| (r, Some(s)));
+    let sub = sub.map(|s| format!("--subresource={s}"));
+    let mut args = vec!["auth", "can-i", verb, resource, AS];
+    args.extend(sub.as_deref());
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    let out = kubectl.run(&args).await;
+    let answer = out.stdout.trim();
+    assert!(answer == "yes" || answer == "no", "{out}");
+    assert_eq!(out.success(), answer == "yes", "kubectl auth can-i exits 0 exactly for yes");
+    out.success()
 }
 
-impl Kubectl {
-    fn new(env: &Env) -> Kubectl {
-        Kubectl { kubeconfig: env.dc.kubeconfig_path(), cache: tempfile::tempdir().expect("tempdir") }
-    }
-
-    /// Runs kubectl (with `stdin` when given); returns (success, stdout, stderr).
-    fn run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-        let mut cmd = Command::new("kubectl");
-        cmd.env("KUBECONFIG", &self.kubeconfig)
-            .arg(format!("--cache-dir={}", self.cache.path().display()))
-            .args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("kubectl runs (installed at /usr/bin/kubectl)");
-        if let Some(text) = stdin {
-            child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write to kubectl");
-        }
-        let out = child.wait_with_output().expect("kubectl ends");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// `kubectl auth can-i VERB RESOURCE [--subresource SUB] [-n NS] --as=<the operator>`, with
-    /// `resource` written `pods:exec` for a subresource (`pods/exec` would name a pod "exec").
-    fn can_i(&self, verb: &str, resource: &str, ns: Option<&str>) -> bool {
-        let (resource, sub) = resource.split_once(':').map_or((resource, None), |(r, s)| (r, Some(s)));
-        let sub = sub.map(|s| format!("--subresource={s}"));
-        let mut args = vec!["auth", "can-i", verb, resource, AS];
-        args.extend(sub.as_deref());
-        if let Some(ns) = ns {
-            args.extend(["-n", ns]);
-        }
-        let (ok, stdout, stderr) = self.run(&args, None);
-        let answer = stdout.trim();
-        assert!(answer == "yes" || answer == "no", "kubectl {}: {stdout}{stderr}", args.join(" "));
-        assert_eq!(ok, answer == "yes", "kubectl auth can-i exits 0 exactly for yes");
-        ok
-    }
-
-    /// Creates `yaml` as the operator with a server-side dry run; returns the error text or `None`.
-    fn create_as_operator(&self, yaml: &str) -> Option<String> {
-        let (ok, stdout, stderr) = self.run(&["create", "--dry-run=server", "-f", "-", AS], Some(yaml));
-        if ok { None } else { Some(format!("{stdout}{stderr}")) }
-    }
+/// Creates `yaml` as the operator with a server-side dry run; returns the error text or `None`.
+async fn create_as_operator(kubectl: &Kubectl, yaml: &str) -> Option<String> {
+    let out = kubectl.run_with_input(&["create", "--dry-run=server", "-f", "-", AS], Some(yaml)).await;
+    if out.success() { None } else { Some(format!("{}{}", out.stdout, out.stderr)) }
 }
 
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
+/// Creating `yaml` as the operator is refused by the policy, saying `says`.
+async fn denied(kubectl: &Kubectl, what: &str, yaml: &str, says: &str) {
+    let err = create_as_operator(kubectl, yaml).await.unwrap_or_else(|| panic!("{what}: allowed"));
+    assert!(err.contains(POLICY) && err.contains(says), "{what}: {err}");
 }
 
 /// Labels and an owner reference as the operator puts them on what it makes for Controller `ci`.
@@ -114,19 +83,20 @@ fn varroa_meta(name: &str, ns: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_has_only_what_it_needs_and_still_provisions_a_controller() {
     let mut env = Env::cluster().await;
-    let kubectl = Kubectl::new(&env);
+    let kubectl = Kubectl::new(env.dc.kubeconfig_path());
     // Install as a user does: every manifest of deploy/varroa/ (RBAC, the agents' ClusterRole,
     // the admission policy, the operator's Deployment and NetworkPolicy).
     let deploy = repo("deploy/varroa").display().to_string();
-    let (ok, stdout, stderr) = blocking(|| kubectl.run(&["apply", "-f", &deploy], None));
-    assert!(ok, "kubectl apply -f deploy/varroa/: {stdout}{stderr}");
+    let out = kubectl.run(&["apply", "-f", &deploy]).await;
+    assert!(out.success(), "kubectl apply -f deploy/varroa/: {out}");
+    let stdout = out.stdout;
     assert!(
         stdout.contains("validatingadmissionpolicy.admissionregistration.k8s.io/varroa-operator-scope"),
         "{stdout}"
     );
     assert!(stdout.contains("clusterrole.rbac.authorization.k8s.io/varroa-jenkins-agents"), "{stdout}");
 
-    blocking(|| {
+    {
         // Rights removed: each answers no, in a tenant namespace and cluster-wide.
         let ns = Some(TEAM);
         for (verb, resource, where_) in [
@@ -164,7 +134,7 @@ async fn the_operator_has_only_what_it_needs_and_still_provisions_a_controller()
             ("*", "*", None),
         ] {
             assert!(
-                !kubectl.can_i(verb, resource, where_),
+                !can_i(&kubectl, verb, resource, where_).await,
                 "the operator can still {verb} {resource} in {}",
                 where_.unwrap_or("every namespace")
             );
@@ -189,54 +159,65 @@ async fn the_operator_has_only_what_it_needs_and_still_provisions_a_controller()
             ("create", "events.events.k8s.io", ns),
             ("update", "leases.coordination.k8s.io", Some("varroa-system")),
         ] {
-            assert!(kubectl.can_i(verb, resource, where_), "the operator lost {verb} {resource}");
+            assert!(can_i(&kubectl, verb, resource, where_).await, "the operator lost {verb} {resource}");
         }
 
         // Writes RBAC allows and the policy refuses.
-        let denied = |what: &str, yaml: &str, says: &str| {
-            let err = kubectl.create_as_operator(yaml).unwrap_or_else(|| panic!("{what}: allowed"));
-            assert!(err.contains(POLICY) && err.contains(says), "{what}: {err}");
-        };
-        let (ok, out, err) = kubectl
-            .run(&["create", "secret", "generic", "x", "-n", TEAM, "--from-literal=a=b", "--dry-run=server", AS], None);
-        assert!(!ok && err.contains(POLICY), "kubectl create secret generic as the operator: {out}{err}");
+        let out = kubectl
+            .run(&["create", "secret", "generic", "x", "-n", TEAM, "--from-literal=a=b", "--dry-run=server", AS])
+            .await;
+        assert!(!out.success() && out.stderr.contains(POLICY), "kubectl create secret generic as the operator: {out}");
         let m = varroa_meta("ci-mite-tls", TEAM);
         denied(
+            &kubectl,
             "an Opaque Secret of Varroa's name",
             &format!("apiVersion: v1\nkind: Secret\nmetadata:{m}\ntype: Opaque\n"),
             "kubernetes.io/tls",
-        );
+        )
+        .await;
         let m = varroa_meta("stolen", TEAM);
-        denied(
+        denied(&kubectl,
             "a TLS Secret of another name",
             &format!(
                 "apiVersion: v1\nkind: Secret\nmetadata:{m}\ntype: kubernetes.io/tls\nstringData: {{tls.crt: \"a\", tls.key: \"b\"}}\n"
             ),
             "<controller>-mite-tls",
-        );
+        ).await;
         let binding = |name: &str, role: &str, sa: &str| {
             let m = varroa_meta(name, TEAM);
             format!(
                 "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:{m}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\nsubjects:\n- {{kind: ServiceAccount, name: {sa}, namespace: {TEAM}}}\n"
             )
         };
-        denied("a RoleBinding to cluster-admin", &binding("ci-agents", "cluster-admin", "ci"), "varroa-jenkins-agents");
         denied(
+            &kubectl,
+            "a RoleBinding to cluster-admin",
+            &binding("ci-agents", "cluster-admin", "ci"),
+            "varroa-jenkins-agents",
+        )
+        .await;
+        denied(
+            &kubectl,
             "the agents' ClusterRole bound to another ServiceAccount",
             &binding("ci-agents", "varroa-jenkins-agents", "default"),
             "ServiceAccount of its Controller",
-        );
+        )
+        .await;
         denied(
+            &kubectl,
             "a ConfigMap without Varroa's label",
             &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ci, namespace: {TEAM}}}\n"),
             "managed-by=varroa-operator",
-        );
+        )
+        .await;
         let m = varroa_meta("ci", "kube-system");
         denied(
+            &kubectl,
             "a Varroa ConfigMap in kube-system",
             &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:{m}\n"),
             "only Events and its Lease",
-        );
+        )
+        .await;
         let sts = |sa: &str, secret: &str| {
             let m = varroa_meta("ci", TEAM);
             format!(
@@ -257,17 +238,23 @@ spec:
 "#
             )
         };
-        denied("a StatefulSet mounting another Secret", &sts("ci", "db-password"), "no Secret but");
-        denied("a StatefulSet running as another ServiceAccount", &sts("admin", "ci-mite-tls"), "ServiceAccount");
+        denied(&kubectl, "a StatefulSet mounting another Secret", &sts("ci", "db-password"), "no Secret but").await;
+        denied(
+            &kubectl,
+            "a StatefulSet running as another ServiceAccount",
+            &sts("admin", "ci-mite-tls"),
+            "ServiceAccount",
+        )
+        .await;
         // The same objects, well formed, pass (the denials are the policy's rules, not a blanket).
         for (what, yaml) in [
             ("the agents' RoleBinding", binding("ci-agents", "varroa-jenkins-agents", "ci")),
             ("a Varroa ConfigMap", format!("apiVersion: v1\nkind: ConfigMap\nmetadata:{}\n", varroa_meta("ci", TEAM))),
             ("the StatefulSet", sts("ci", "ci-mite-tls")),
         ] {
-            assert_eq!(kubectl.create_as_operator(&yaml), None, "{what} is refused");
+            assert_eq!(create_as_operator(&kubectl, &yaml).await, None, "{what} is refused");
         }
-    });
+    }
 
     // The operator, as that ServiceAccount, still provisions a Controller end to end.
     env.start_operator(config());
@@ -281,15 +268,15 @@ spec:
     let _: Ingress = env.obj("ci").await;
     // The Controller's ServiceAccount has the agents' rights through the binding.
     let as_jenkins = format!("--as=system:serviceaccount:{TEAM}:ci");
-    blocking(|| {
+    {
         for (verb, resource, sub) in [("create", "pods", ""), ("create", "pods", "exec"), ("get", "pods", "log")] {
             let sub = format!("--subresource={sub}");
-            let (ok, out, err) = kubectl.run(&["auth", "can-i", verb, resource, &sub, "-n", TEAM, &as_jenkins], None);
-            assert!(ok, "Jenkins of ci cannot {verb} {resource}: {out}{err}");
+            let out = kubectl.run(&["auth", "can-i", verb, resource, &sub, "-n", TEAM, &as_jenkins]).await;
+            assert!(out.success(), "Jenkins of ci cannot {verb} {resource}: {out}");
         }
-        let (ok, _, _) = kubectl.run(&["auth", "can-i", "create", "pods", "-n", "default", &as_jenkins], None);
-        assert!(!ok, "the agents' rights are confined to the Controller's namespace");
-    });
+        let out = kubectl.run(&["auth", "can-i", "create", "pods", "-n", "default", &as_jenkins]).await;
+        assert!(!out.success(), "the agents' rights are confined to the Controller's namespace");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,12 +8,12 @@
 //! is back within 16 MiB of its start. Its resident memory is read from /proc before, at the
 //! peak and after (reported, not asserted: see the note at the end).
 
-mod binary;
 mod support;
 
-use binary::{Proc, blocking, http_get, sample, spawn};
 use futures::StreamExt;
 use kube::api::{DeleteParams, ListParams};
+use optest::metrics::sample;
+use optest::process::{Proc, Spawn};
 use std::time::{Duration, Instant};
 use support::{Env, TEAM};
 
@@ -25,26 +25,27 @@ const ROUND: Duration = Duration::from_secs(900);
 /// gone: the caches of what remains (Namespaces, the team's objects), the allocator's bookkeeping.
 const HEAP_SLACK: f64 = 16.0 * 1024.0 * 1024.0;
 
-fn metrics(addr: &str) -> String {
-    blocking(|| http_get(addr, "/metrics")).1
-}
-
-async fn wait_metrics(op: &Proc, addr: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + ROUND;
-    loop {
-        let m = metrics(addr);
+/// Scrape the operator's /metrics (every 500 ms) until `ok` holds; returns that scrape.
+async fn wait_metrics(op: &Proc, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let last = std::sync::Mutex::new(String::new());
+    let found = optest::wait::poll(ROUND, Duration::from_millis(500), || async {
+        let m = op.metrics().await;
         if ok(&m) {
-            return m;
+            return Some(m);
         }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}:\n{m}\n{}", op.log_text());
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        *last.lock().expect("the last scrape") = m;
+        None
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!("timed out waiting until {what}:\n{}\n{}", last.lock().expect("the last scrape"), op.log_text())
+    })
 }
 
 /// Create the Controllers, wait until each has a phase, delete them all, wait until the
 /// operator keeps nothing about them. Returns (RSS at the peak, RSS after) in KiB and the heap
 /// in use (`process_heap_in_use_bytes`) at the peak and after, in bytes.
-async fn round(env: &Env, op: &Proc, addr: &str, n: usize, heap_start: f64) -> ((u64, u64), (f64, f64)) {
+async fn round(env: &Env, op: &Proc, n: usize, heap_start: f64) -> ((u64, u64), (f64, f64)) {
     let names: Vec<String> = (0..CONTROLLERS).map(|i| format!("lc{n}-{i:04}")).collect();
     let started = Instant::now();
     // Stopped: every object is made (the StatefulSet at zero replicas), no pods are run.
@@ -63,10 +64,10 @@ async fn round(env: &Env, op: &Proc, addr: &str, n: usize, heap_start: f64) -> (
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let provisioned = started.elapsed();
-    let m = metrics(addr);
+    let m = op.metrics().await;
     let tracked = sample(&m, "varroa_tracked_objects");
     assert!(tracked >= CONTROLLERS as f64, "state is kept about each Controller: {tracked}");
-    let peak = op.rss_kib();
+    let peak = op.memory().rss_kib;
     let heap_peak = sample(&m, "process_heap_in_use_bytes");
 
     let started = Instant::now();
@@ -77,7 +78,7 @@ async fn round(env: &Env, op: &Proc, addr: &str, n: usize, heap_start: f64) -> (
         assert!(Instant::now() < deadline, "Controllers not deleted");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let m = wait_metrics(op, addr, "varroa_tracked_objects is 0", |m| sample(m, "varroa_tracked_objects") == 0.0).await;
+    let m = wait_metrics(op, "varroa_tracked_objects is 0", |m| sample(m, "varroa_tracked_objects") == 0.0).await;
     let cleaned = started.elapsed();
     assert_eq!(sample(&m, "varroa_controllers"), 0.0, "no Controller is counted in a phase:\n{m}");
     for name in &names {
@@ -85,13 +86,13 @@ async fn round(env: &Env, op: &Proc, addr: &str, n: usize, heap_start: f64) -> (
     }
     // The owned objects go after their Controllers (garbage collection), and with them the
     // watch caches' copies: wait until the heap in use is back near where it started.
-    let m = wait_metrics(op, addr, "the heap in use is back near its start", |m| {
+    let m = wait_metrics(op, "the heap in use is back near its start", |m| {
         sample(m, "process_heap_in_use_bytes") <= heap_start + HEAP_SLACK
     })
     .await;
     let heap_after = sample(&m, "process_heap_in_use_bytes");
     let settled = started.elapsed();
-    let after = op.rss_kib();
+    let after = op.memory().rss_kib;
     eprintln!(
         "round {n}: {CONTROLLERS} Controllers phased in {provisioned:?}, forgotten {cleaned:?} after the deletion, heap back {settled:?} after; tracked at the peak {tracked}; RSS peak {peak} KiB, after {after} KiB; heap in use at the peak {heap_peak} B, after {heap_after} B"
     );
@@ -101,18 +102,21 @@ async fn round(env: &Env, op: &Proc, addr: &str, n: usize, heap_start: f64) -> (
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_deleted_controllers_leave_no_state_metrics_or_memory_behind() {
     let env = Env::cluster().await;
-    let dir = tempfile::tempdir().expect("tempdir");
     // The admin's credentials, as the benchmark's: devcluster authorizes a ServiceAccount by
     // walking every RoleBinding, and each Controller brings one (tests/process.rs and e2e.rs run
     // as the ServiceAccount).
     let kubeconfig = env.dc.kubeconfig_path();
-    let op = spawn("varroa-operator-lc", &[], &kubeconfig, dir.path());
-    let addr = blocking(|| op.health_addr(support::WAIT));
-    wait_metrics(&op, &addr, "the operator serves its metrics", |m| m.contains("varroa_tracked_objects")).await;
-    let start = op.rss_kib();
-    let heap_start = sample(&metrics(&addr), "process_heap_in_use_bytes");
+    let op = Spawn::new(env!("CARGO_BIN_EXE_varroa-operator"), "varroa-operator-lc")
+        .clear_env("VARROA_")
+        .env("POD_NAME", "varroa-operator-lc")
+        .kubeconfig(&kubeconfig)
+        .arg("--health-addr=127.0.0.1:0")
+        .spawn();
+    wait_metrics(&op, "the operator serves its metrics", |m| m.contains("varroa_tracked_objects")).await;
+    let start = op.memory().rss_kib;
+    let heap_start = sample(&op.metrics().await, "process_heap_in_use_bytes");
     eprintln!("RSS at start: {start} KiB, heap in use {heap_start} B ({TEAM})");
-    let ((peak, after), (heap_peak, heap_after)) = round(&env, &op, &addr, 1, heap_start).await;
+    let ((peak, after), (heap_peak, heap_after)) = round(&env, &op, 1, heap_start).await;
     // The heap the operator uses returned near where it started (round() waited for it): what
     // it keeps about deleted Controllers is gone, not just unnamed.
     assert!(

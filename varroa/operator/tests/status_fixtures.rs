@@ -16,7 +16,7 @@
 //! as a subset of the computed status (conditions matched by `type`, `absent: true` for one that
 //! must not be there; `null` means absent; a key `<field>Contains` lists fragments of `<field>`),
 //! and `expect.events` is the exact list of Events the pass records (reason, Normal/Warning,
-//! message fragments).
+//! message fragments): the comparison both operators' fixtures share, `optest::fixtures`.
 //!
 //! Coverage (the seed's phase table and attention signals; status.rs's conditions):
 //!
@@ -49,36 +49,14 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use optest::fixtures::{event, field, parse, text};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use varroa_api::{ApplyResult, Controller};
 use varroa_config::World;
 use varroa_operator::error::{Blocker, CaError};
 use varroa_operator::mite::MiteState;
-use varroa_operator::status::{Failure, Inputs, Note, compute};
-
-fn fixtures() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/status");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
-
-fn parse<T: serde::de::DeserializeOwned>(v: &Value, what: &str, file: &str) -> T {
-    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{file}: {what} does not parse: {e}"))
-}
-
-fn field<T: serde::de::DeserializeOwned>(case: &Value, key: &str, file: &str) -> Option<T> {
-    case.get(key).filter(|v| !v.is_null()).map(|v| parse(v, &format!("`{key}`"), file))
-}
-
-fn text(v: &Value, key: &str, file: &str) -> String {
-    v.get(key).and_then(Value::as_str).unwrap_or_else(|| panic!("{file}: `{key}` (a string) is required")).to_string()
-}
+use varroa_operator::status::{Failure, Inputs, compute};
 
 fn world(case: &Value, file: &str) -> World {
     let mut w = World::default();
@@ -104,8 +82,8 @@ fn blocker(case: &Value, file: &str) -> Option<Blocker> {
     }
     if let Some(s) = b.get("gatewayCaMissing") {
         return Some(Blocker::GatewayCa(CaError::Missing {
-            namespace: text(s, "namespace", file),
-            name: text(s, "name", file),
+            namespace: text(s, "namespace", file).to_string(),
+            name: text(s, "name", file).to_string(),
         }));
     }
     panic!("{file}: `blocker` is unknownUpdateCenter or gatewayCaMissing")
@@ -121,17 +99,18 @@ fn mite(case: &Value, file: &str) -> MiteState {
     }
 }
 
-fn run(case: &Value, file: &str) -> (Value, Vec<Note>) {
+/// The status pass on the fixture's inputs: the status (as JSON) and the Events it records.
+fn run(case: &Value, file: &str) -> (Value, Vec<Value>) {
     let controller: Controller =
         field(case, "controller", file).unwrap_or_else(|| panic!("{file}: `controller` is required"));
     let now: jiff::Timestamp = text(case, "now", file).parse().unwrap_or_else(|e| panic!("{file}: `now`: {e}"));
     let sts: Option<StatefulSet> = field(case, "statefulSet", file);
     let pods: Vec<Pod> = field(case, "pods", file).unwrap_or_default();
     let mite = mite(case, file);
-    let failed = case
-        .get("failure")
-        .filter(|v| !v.is_null())
-        .map(|f| Failure { reason: text(f, "reason", file), message: text(f, "message", file) });
+    let failed = case.get("failure").filter(|v| !v.is_null()).map(|f| Failure {
+        reason: text(f, "reason", file).to_string(),
+        message: text(f, "message", file).to_string(),
+    });
     let rendered_or = match blocker(case, file) {
         Some(b) => Err(b),
         None => varroa_config::render(&controller, &world(case, file)).map_err(Blocker::from),
@@ -148,89 +127,11 @@ fn run(case: &Value, file: &str) -> (Value, Vec<Note>) {
     };
     let stamp: Option<Time> = controller.status.as_ref().and_then(|s| s.last_reconciled_at.clone());
     let (status, notes) = compute(&inputs, stamp);
-    (serde_json::to_value(&status).expect("the status serializes"), notes)
-}
-
-/// Compares `want` as a subset of `got`, pushing one line per difference, each naming the path.
-fn subset(path: &str, want: &Value, got: &Value, diffs: &mut Vec<String>) {
-    match (want, got) {
-        (Value::Null, Value::Null) => {}
-        (Value::Null, g) => diffs.push(format!("{path}: expected absent, got {g}")),
-        (Value::Object(w), Value::Object(g)) => {
-            for (k, wv) in w {
-                if let Some(base) = k.strip_suffix("Contains") {
-                    let actual = g.get(base).and_then(Value::as_str).unwrap_or_default();
-                    let frags: Vec<&str> = match wv {
-                        Value::String(s) => vec![s.as_str()],
-                        Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
-                        _ => vec![],
-                    };
-                    for f in frags {
-                        if !actual.contains(f) {
-                            diffs.push(format!("{path}.{base}: expected to contain {f:?}, got {actual:?}"));
-                        }
-                    }
-                    continue;
-                }
-                subset(&format!("{path}.{k}"), wv, g.get(k).unwrap_or(&Value::Null), diffs);
-            }
-        }
-        (Value::Array(w), Value::Array(g)) if !w.is_empty() && w.iter().all(|x| x.get("type").is_some()) => {
-            for wc in w {
-                let t = &wc["type"];
-                let absent = wc.get("absent") == Some(&Value::Bool(true));
-                match g.iter().find(|gc| gc.get("type") == Some(t)) {
-                    Some(_) if absent => diffs.push(format!("{path}: expected no entry of type {t}, found one")),
-                    None if absent => {}
-                    Some(gc) => subset(&format!("{path}[type={}]", t.as_str().unwrap_or("?")), wc, gc, diffs),
-                    None => diffs.push(format!("{path}: no entry of type {t}")),
-                }
-            }
-        }
-        (w, g) if w == g => {}
-        (w, g) => diffs.push(format!("{path}: expected {w}, got {g}")),
-    }
-}
-
-fn check(file: &str, case: &Value, status: &Value, notes: &[Note]) -> Vec<String> {
-    let mut diffs = vec![];
-    let expect = case.get("expect").unwrap_or_else(|| panic!("{file}: `expect` is required"));
-    let want = expect.get("status").unwrap_or_else(|| panic!("{file}: `expect.status` is required"));
-    subset("status", want, status, &mut diffs);
-    let want_events = expect
-        .get("events")
-        .and_then(Value::as_array)
-        .unwrap_or_else(|| panic!("{file}: `expect.events` (a list, [] for none) is required"));
-    let got_reasons: Vec<&str> = notes.iter().map(|n| n.reason.as_str()).collect();
-    let want_reasons: Vec<&str> = want_events.iter().map(|e| e["reason"].as_str().unwrap_or("?")).collect();
-    if got_reasons != want_reasons {
-        diffs.push(format!("events: expected reasons {want_reasons:?}, got {got_reasons:?}"));
-    } else {
-        for (i, (w, n)) in want_events.iter().zip(notes).enumerate() {
-            let got = serde_json::json!({
-                "reason": n.reason,
-                "type": if n.warning { "Warning" } else { "Normal" },
-                "message": n.message,
-            });
-            subset(&format!("events[{i}]"), w, &got, &mut diffs);
-        }
-    }
-    diffs
+    let events = notes.iter().map(|n| event(&n.reason, n.warning, &n.message)).collect();
+    (serde_json::to_value(&status).expect("the status serializes"), events)
 }
 
 #[test]
 fn every_status_fixture_holds() {
-    let files = fixtures();
-    assert!(files.len() >= 20, "expected the status fixtures, found {}", files.len());
-    let mut failures = vec![];
-    for path in &files {
-        let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("?").to_string();
-        let raw = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {file}: {e}"));
-        let case: Value = serde_saphyr::from_str(&raw).unwrap_or_else(|e| panic!("{file}: not YAML: {e}"));
-        let (status, notes) = run(&case, &file);
-        for d in check(&file, &case, &status, &notes) {
-            failures.push(format!("{file}: {d}"));
-        }
-    }
-    assert!(failures.is_empty(), "{} difference(s):\n{}", failures.len(), failures.join("\n"));
+    optest::fixtures::every_case_holds(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/status"), 20, run);
 }

@@ -7,12 +7,10 @@ mod support;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use std::fmt::Debug;
 use support::*;
 use varroa_api::ControllerPhase;
 
@@ -33,17 +31,7 @@ fn content<K: Serialize>(o: &K) -> Value {
 
 /// Edit one object of controller `name` as `kubectl edit` would, then wait for the restore and its
 /// Event.
-async fn tamper<K>(env: &Env, controller: &str, object: &str, patch: Value, said: &str)
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
+async fn tamper<K: optest::Namespaced>(env: &Env, controller: &str, object: &str, patch: Value, said: &str) {
     let api: Api<K> = Api::namespaced(env.admin.clone(), TEAM);
     let before = api.get(object).await.expect("the object");
     let restored_before = restores(env);
@@ -51,24 +39,15 @@ where
     let edited = api.patch(object, &pp, &Patch::Merge(&patch)).await.expect("the hand edit");
     assert_ne!(content(&edited), content(&before), "the edit changed {} {object}", K::kind(&()));
 
-    let events = || async {
-        env.events_of(controller)
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("Restored") && e.note.as_deref().unwrap_or_default().contains(said))
-    };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let event = loop {
-        if let Some(e) = events().await {
-            break e;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no Restored event saying {said:?}: {:#?}",
-            env.events_of(controller).await
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let event = optest::events::wait_for(
+        &env.admin,
+        TEAM,
+        "Controller",
+        controller,
+        &format!("Restored saying {said:?}"),
+        |e| e.reason.as_deref() == Some("Restored") && e.note.as_deref().unwrap_or_default().contains(said),
+    )
+    .await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     let note = event.note.clone().unwrap_or_default();
     assert!(note.contains(&format!("{TEAM}/{object}")) && note.contains("kubectl-edit"), "{note}");

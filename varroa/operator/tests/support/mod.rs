@@ -2,23 +2,22 @@
 //! (deploy/varroa/rbac.yaml, with the agents' ClusterRole) and admission policy
 //! (deploy/varroa/admission-policy.yaml) and a gateway CA installed, the example configuration applied, and
 //! the operator running in-process as `varroa-system/varroa-operator`, with a mite source the
-//! test drives.
+//! test drives. What is not Varroa's (the cluster fixture, the service account, waits, Events)
+//! is optest's.
 
 #![allow(dead_code)]
 
 use devcluster::DevCluster;
-use futures::TryStreamExt;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+pub use optest::cluster::apply_yaml;
+// What the tests use of optest, under the names they know (each test uses some).
+#[allow(unused_imports)]
+pub use optest::{WAIT, eventually, repo};
 use serde_json::json;
-use std::fmt::Debug;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use varroa_api::{Controller, ControllerPhase};
 use varroa_operator::Config;
@@ -29,37 +28,10 @@ use varroa_operator::mite::StaticMites;
 pub const TEAM: &str = "team-a";
 /// The Jenkins image of the test profile.
 pub const JENKINS: &str = "jenkins/jenkins:2.479.3-lts-jdk17";
-/// How long any one wait may take (tests run in parallel on a small machine).
-pub const WAIT: Duration = Duration::from_secs(90);
 
-pub struct Operator {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    pub metrics: Arc<Metrics>,
-}
-
-impl Operator {
-    pub async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.task.take() {
-            let r = tokio::time::timeout(WAIT, t).await.expect("the operator stops in time").expect("the task");
-            r.expect("the operator ran without error");
-        }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
-    }
-}
+/// The operator, running in a task of the test's runtime (its metrics at hand); stopped when
+/// dropped.
+pub type Operator = optest::inprocess::InProcess<Arc<Metrics>>;
 
 pub struct Env {
     /// First, so that it is dropped (stopped) before the cluster it talks to.
@@ -68,7 +40,6 @@ pub struct Env {
     pub admin: Client,
     pub sa: Client,
     pub mites: StaticMites,
-    touches: AtomicU64,
 }
 
 /// The operator settings of the tests.
@@ -117,35 +88,18 @@ impl Env {
 
     /// A cluster with these devcluster options (e.g. a pod startup time).
     pub async fn cluster_with(options: devcluster::Options) -> Env {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "warn,varroa_operator=info".into()),
-            )
-            .with_test_writer()
-            .try_init();
-        let dc = DevCluster::start_with(options).await.expect("devcluster starts");
+        optest::init_tracing("warn,varroa_operator=info");
+        let dc = optest::cluster::start(options).await;
         let admin = dc.client();
-        apply_yaml(&admin, &std::fs::read_to_string(repo("deploy/varroa/crds.yaml")).expect("crds")).await;
-        for crd in varroa_api::crds() {
-            let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-                Api::all(admin.clone());
-            let name = crd.name_any();
-            tokio::time::timeout(
-                WAIT,
-                kube::runtime::wait::await_condition(api, &name, kube::runtime::wait::conditions::is_crd_established()),
-            )
-            .await
-            .expect("established in time")
-            .expect("watch");
-        }
-        apply_yaml(&admin, &std::fs::read_to_string(repo("deploy/varroa/rbac.yaml")).expect("rbac")).await;
-        let policy = std::fs::read_to_string(repo("deploy/varroa/admission-policy.yaml")).expect("admission policy");
-        apply_yaml(&admin, &policy).await;
+        optest::cluster::apply_file(&admin, "deploy/varroa/crds.yaml").await;
+        let crds: Vec<String> = varroa_api::crds().iter().map(|c| c.name_any()).collect();
+        optest::cluster::wait_established(&admin, &crds.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        optest::cluster::apply_file(&admin, "deploy/varroa/rbac.yaml").await;
+        optest::cluster::apply_file(&admin, "deploy/varroa/admission-policy.yaml").await;
         apply_yaml(&admin, WORLD).await;
         install_gateway_ca(&admin, "gateway CA").await;
-        let sa = service_account_client(&dc, &admin).await;
-        Env { dc, admin, sa, mites: StaticMites::default(), op: None, touches: AtomicU64::new(0) }
+        let sa = optest::service_account::client(&dc, "varroa-system", "varroa-operator").await;
+        Env { dc, admin, sa, mites: StaticMites::default(), op: None }
     }
 
     pub async fn start(config: Config) -> Env {
@@ -177,13 +131,10 @@ impl Env {
     ) {
         assert!(self.op.is_none(), "an operator is already running");
         let metrics = Arc::new(Metrics::new());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let shutdown = async move {
-            let _ = rx.await;
-        };
-        let task =
-            tokio::spawn(varroa_operator::run(self.sa.clone(), config, metrics.clone(), mites, activity, shutdown));
-        self.op = Some(Operator { stop: Some(tx), task: Some(task), metrics });
+        let client = self.sa.clone();
+        self.op = Some(Operator::spawn(metrics.clone(), move |shutdown| {
+            varroa_operator::run(client, config, metrics, mites, activity, shutdown)
+        }));
     }
 
     pub async fn stop_operator(&mut self) {
@@ -191,7 +142,7 @@ impl Env {
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.op.as_ref().expect("an operator runs").metrics.clone()
+        self.op.as_ref().expect("an operator runs").state.clone()
     }
 
     pub fn controllers(&self) -> Api<Controller> {
@@ -221,42 +172,16 @@ impl Env {
 
     /// An annotation nobody reads: a watch event without a spec change.
     pub async fn touch(&self, name: &str) {
-        let n = self.touches.fetch_add(1, Ordering::Relaxed);
-        self.controllers()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {"e2e.example.com/touched": n.to_string()}}})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("touch {name}: {e}"));
+        optest::touch(&self.controllers(), name).await;
     }
 
-    /// Wait until the controller satisfies `f`.
+    /// Wait until the controller satisfies `f`; on timeout, fail with its status.
     pub async fn wait(&self, name: &str, what: &str, f: impl Fn(&Controller) -> bool) -> Controller {
-        let api = self.controllers();
-        let stream =
-            watcher(api.clone(), watcher::Config::default().fields(&format!("metadata.name={name}"))).applied_objects();
-        let r = tokio::time::timeout(WAIT, async {
-            let mut s = std::pin::pin!(stream);
-            while let Some(c) = s.try_next().await.expect("watch") {
-                if f(&c) {
-                    return c;
-                }
-            }
-            panic!("watch ended")
+        let cond = move |c: Option<&Controller>| c.is_some_and(&f);
+        optest::wait::wait_for_explained(self.controllers(), name, &format!("controller {what}"), cond, |now| {
+            format!("it is: {}", serde_json::to_string_pretty(&now.map(|c| c.status)).unwrap_or_default())
         })
-        .await;
-        match r {
-            Ok(c) => c,
-            Err(_) => {
-                let now = api.get_opt(name).await.ok().flatten();
-                panic!(
-                    "timed out waiting for controller {name}: {what}\nit is: {}",
-                    serde_json::to_string_pretty(&now.map(|c| c.status)).unwrap_or_default()
-                )
-            }
-        }
+        .await
     }
 
     pub async fn wait_phase(&self, name: &str, phase: ControllerPhase) -> Controller {
@@ -266,10 +191,7 @@ impl Env {
         .await
     }
 
-    pub async fn obj<K>(&self, name: &str) -> K
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()> + Clone + Debug + DeserializeOwned,
-    {
+    pub async fn obj<K: optest::Namespaced>(&self, name: &str) -> K {
         Api::<K>::namespaced(self.admin.clone(), TEAM)
             .get(name)
             .await
@@ -277,30 +199,14 @@ impl Env {
     }
 
     pub async fn events_of(&self, name: &str) -> Vec<Event> {
-        let api: Api<Event> = Api::namespaced(self.admin.clone(), TEAM);
-        api.list(&Default::default())
-            .await
-            .expect("list events")
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Controller"))
-            .collect()
+        optest::events::about(&self.admin, TEAM, "Controller", name).await
     }
 
     /// Let the operator settle: touch the controller and wait until two more reconciles ran.
     pub async fn settle(&self, name: &str) {
-        for _ in 0..2 {
-            let before = reconciles(&self.metrics());
-            self.touch(name).await;
-            let m = self.metrics();
-            eventually("a reconcile after the touch", || reconciles(&m) > before).await;
-        }
+        let m = self.metrics();
+        optest::settle(&self.controllers(), name, || reconciles(&m)).await;
     }
-}
-
-pub fn repo(path: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
 }
 
 pub fn phase_of(c: &Controller) -> Option<ControllerPhase> {
@@ -327,17 +233,6 @@ pub fn reconciles(m: &Metrics) -> u64 {
     ok + failed
 }
 
-/// Wait (polling in-process state that has no watch) until `f` holds.
-pub async fn eventually(what: &str, f: impl Fn() -> bool) {
-    let r = tokio::time::timeout(WAIT, async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(r.is_ok(), "timed out waiting until {what}");
-}
-
 /// A gateway CA in varroa-system/varroa-gateway-ca (what an installation provides).
 pub async fn install_gateway_ca(admin: &Client, cn: &str) -> varroa_pki::CertificateAuthority {
     let ca = varroa_pki::CertificateAuthority::generate(cn, Duration::from_secs(365 * 86400)).expect("a CA");
@@ -354,49 +249,3 @@ pub async fn install_gateway_ca(admin: &Client, cn: &str) -> varroa_pki::Certifi
         .expect("the gateway CA Secret");
     ca
 }
-
-/// Creates (server-side apply) every document of a YAML stream as the admin.
-pub async fn apply_yaml(admin: &Client, text: &str) {
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).expect("YAML");
-    for doc in docs.into_iter().filter(|d| !d.is_null()) {
-        let obj: DynamicObject = serde_json::from_value(doc).expect("an object");
-        let tm = obj.types.clone().expect("apiVersion and kind");
-        let (group, version) = tm.api_version.rsplit_once('/').unwrap_or(("", tm.api_version.as_str()));
-        let mut ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &tm.kind));
-        if let Some(crd) =
-            varroa_api::crds().into_iter().find(|c| c.spec.names.kind == tm.kind && group == "varroa.dev")
-        {
-            ar.plural = crd.spec.names.plural;
-        }
-        let api: Api<DynamicObject> = match obj.namespace() {
-            Some(ns) => Api::namespaced_with(admin.clone(), &ns, &ar),
-            None => Api::all_with(admin.clone(), &ar),
-        };
-        api.patch(&obj.name_any(), &PatchParams::apply("e2e").force(), &Patch::Apply(&obj))
-            .await
-            .unwrap_or_else(|e| panic!("apply {} {}: {e}", tm.kind, obj.name_any()));
-    }
-}
-
-async fn service_account_client(dc: &DevCluster, admin: &Client) -> Client {
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "varroa-system");
-    let tr = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
-        ..Default::default()
-    };
-    let token = sas
-        .create_token_request("varroa-operator", &PostParams::default(), &tr)
-        .await
-        .expect("a token for varroa-system/varroa-operator")
-        .status
-        .expect("status")
-        .token;
-    let kc = kube::config::Kubeconfig::from_yaml(dc.kubeconfig_yaml()).expect("the admin kubeconfig");
-    let mut v = serde_json::to_value(&kc).expect("kubeconfig as JSON");
-    v["users"] = json!([{"name": "varroa-operator", "user": {"token": token}}]);
-    v["contexts"][0]["context"]["user"] = json!("varroa-operator");
-    devcluster::client_for(&v.to_string()).await.expect("a client for the service account")
-}
-
-#[allow(unused)]
-fn _unused(_: Namespace) {}
