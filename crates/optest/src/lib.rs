@@ -29,7 +29,7 @@
 //! run something of an operator it takes it generically: a future ([`inprocess::InProcess`]),
 //! a binary's path and args ([`process::Spawn`]), a function counting reconciles ([`settle`]).
 //!
-//! Waits are on watches where the API has one; polling (every 20 to 100 ms) is kept for what has
+//! Waits are on watches where the API has one; polling (at short intervals) is kept for what has
 //! no watch: in-process counters, a child's log file, an HTTP endpoint. Every failure panics
 //! with what was waited for and what was there instead.
 
