@@ -1,5 +1,6 @@
 //! An operator running in a task of the test's runtime (its `run(client, ..., shutdown)`), so that
-//! the test reads its in-process state (metrics, counters) directly; stopped when dropped.
+//! the test reads its in-process state (metrics, counters) directly; stopped when dropped. And
+//! the [`Fixture`] it runs in: the cluster, the admin, the operator's ServiceAccount.
 
 use crate::WAIT;
 use std::fmt::Debug;
@@ -67,4 +68,86 @@ impl<T> Drop for InProcess<T> {
             t.abort();
         }
     }
+}
+
+/// What an end-to-end test of an operator holds: a devcluster prepared for the operator, the
+/// admin's client, the operator's ServiceAccount's client and configuration, and the operator
+/// when it runs in-process (with `T`, what the test reads of it). Each operator's `Env` wraps
+/// one and adds what is its own.
+pub struct Fixture<T> {
+    /// First, so that it is dropped (stopped) before the cluster it talks to.
+    pub op: Option<InProcess<T>>,
+    pub dc: devcluster::DevCluster,
+    /// The cluster admin (the test's own hands).
+    pub admin: kube::Client,
+    /// The operator's ServiceAccount, with exactly the shipped RBAC.
+    pub sa: kube::Client,
+    /// The ServiceAccount's client configuration, for clients of the operator's own (one
+    /// counting its requests, as the binary's does).
+    pub sa_config: kube::Config,
+}
+
+impl<T> Fixture<T> {
+    /// A devcluster with `options`, prepared by `install` (as the admin: CRDs, RBAC, namespaces),
+    /// and the credentials of the operator's ServiceAccount `namespace/name`; no operator yet.
+    pub async fn start(
+        options: devcluster::Options,
+        (namespace, name): (&str, &str),
+        install: impl AsyncFnOnce(&kube::Client),
+    ) -> Fixture<T> {
+        let dc = crate::cluster::start(options).await;
+        let admin = dc.client();
+        install(&admin).await;
+        let sa_config = crate::service_account::config(&dc, namespace, name).await;
+        let sa = kube::Client::try_from(sa_config.clone())
+            .unwrap_or_else(|e| panic!("a client for {namespace}/{name}: {e}"));
+        Fixture { op: None, dc, admin, sa, sa_config }
+    }
+
+    /// Start the operator: `run(shutdown)` in a task, with `state`.
+    pub fn start_operator<Fut, E>(&mut self, state: T, run: impl FnOnce(Shutdown) -> Fut)
+    where
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Debug + Send + 'static,
+    {
+        assert!(self.op.is_none(), "an operator is already running");
+        self.op = Some(InProcess::spawn(state, run));
+    }
+
+    /// Stop the running operator and wait until it has stopped.
+    pub async fn stop_operator(&mut self) {
+        self.op.take().expect("an operator runs").stop().await;
+    }
+
+    /// What the test reads of the running operator.
+    pub fn operator(&self) -> &T {
+        &self.op.as_ref().expect("an operator runs").state
+    }
+
+    /// Whether an operator was started and has not ended (it should not, until stopped).
+    pub fn operator_running(&self) -> bool {
+        self.op.as_ref().is_some_and(|o| !o.finished())
+    }
+}
+
+/// `Deref` and `DerefMut` from an operator's `Env` to the [`Fixture`] in one of its fields, so
+/// that its tests write `env.dc`, `env.admin`, `env.sa`, `env.op`:
+/// `optest::deref_to_fixture!(Env, fixture, Arc<Metrics>);`.
+#[macro_export]
+macro_rules! deref_to_fixture {
+    ($env:ty, $field:ident, $state:ty) => {
+        impl ::std::ops::Deref for $env {
+            type Target = $crate::Fixture<$state>;
+
+            fn deref(&self) -> &Self::Target {
+                &self.$field
+            }
+        }
+
+        impl ::std::ops::DerefMut for $env {
+            fn deref_mut(&mut self) -> &mut Self::Target {
+                &mut self.$field
+            }
+        }
+    };
 }

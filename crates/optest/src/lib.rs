@@ -8,7 +8,8 @@
 //! - [`kubectl`]: the real `/usr/bin/kubectl` against a kubeconfig;
 //! - [`process`]: an operator binary run as a pod of its Deployment would run it (args, env,
 //!   kubeconfig), its log, health address, signals, memory and exit;
-//! - [`inprocess`]: an operator running in a task of the test, stopped on drop;
+//! - [`inprocess`]: an operator running in a task of the test, stopped on drop, and the
+//!   [`Fixture`] of an end-to-end test (cluster, admin, ServiceAccount, operator);
 //! - [`wait`]: waits on watches (an object, its deletion, N objects), polling for in-process
 //!   state, and a recorder of every version a watch sees;
 //! - [`install`]: what both operators' install manifests (`deploy/<operator>/`) hold;
@@ -49,6 +50,7 @@ pub mod replicas;
 pub mod service_account;
 pub mod wait;
 
+pub use inprocess::Fixture;
 pub use wait::{eventually, wait_deleted, wait_for};
 
 use kube::Resource;

@@ -7,7 +7,6 @@
 
 #![allow(dead_code)]
 
-use devcluster::DevCluster;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -29,18 +28,15 @@ pub const TEAM: &str = "team-a";
 /// The Jenkins image of the test profile.
 pub const JENKINS: &str = "jenkins/jenkins:2.479.3-lts-jdk17";
 
-/// The operator, running in a task of the test's runtime (its metrics at hand); stopped when
-/// dropped.
-pub type Operator = optest::inprocess::InProcess<Arc<Metrics>>;
-
+/// The cluster with Varroa's CRDs, RBAC, admission policy, test world and gateway CA, the admin,
+/// the operator's service account and the operator when it runs, with its metrics; and the mite
+/// state the test drives. `env.dc`, `env.admin`, `env.sa`, `env.op` are the fixture's.
 pub struct Env {
-    /// First, so that it is dropped (stopped) before the cluster it talks to.
-    pub op: Option<Operator>,
-    pub dc: DevCluster,
-    pub admin: Client,
-    pub sa: Client,
+    fixture: optest::Fixture<Arc<Metrics>>,
     pub mites: StaticMites,
 }
+
+optest::deref_to_fixture!(Env, fixture, Arc<Metrics>);
 
 /// The operator settings of the tests.
 pub fn config() -> Config {
@@ -89,17 +85,17 @@ impl Env {
     /// A cluster with these devcluster options (e.g. a pod startup time).
     pub async fn cluster_with(options: devcluster::Options) -> Env {
         optest::init_tracing("warn,varroa_operator=info");
-        let dc = optest::cluster::start(options).await;
-        let admin = dc.client();
-        optest::cluster::apply_file(&admin, "deploy/varroa/crds.yaml").await;
-        let crds: Vec<String> = varroa_api::crds().iter().map(|c| c.name_any()).collect();
-        optest::cluster::wait_established(&admin, &crds.iter().map(String::as_str).collect::<Vec<_>>()).await;
-        optest::cluster::apply_file(&admin, "deploy/varroa/rbac.yaml").await;
-        optest::cluster::apply_file(&admin, "deploy/varroa/admission-policy.yaml").await;
-        apply_yaml(&admin, WORLD).await;
-        install_gateway_ca(&admin, "gateway CA").await;
-        let sa = optest::service_account::client(&dc, "varroa-system", "varroa-operator").await;
-        Env { dc, admin, sa, mites: StaticMites::default(), op: None }
+        let fixture = optest::Fixture::start(options, ("varroa-system", "varroa-operator"), async |admin| {
+            optest::cluster::apply_file(admin, "deploy/varroa/crds.yaml").await;
+            let crds: Vec<String> = varroa_api::crds().iter().map(|c| c.name_any()).collect();
+            optest::cluster::wait_established(admin, &crds.iter().map(String::as_str).collect::<Vec<_>>()).await;
+            optest::cluster::apply_file(admin, "deploy/varroa/rbac.yaml").await;
+            optest::cluster::apply_file(admin, "deploy/varroa/admission-policy.yaml").await;
+            apply_yaml(admin, WORLD).await;
+            install_gateway_ca(admin, "gateway CA").await;
+        })
+        .await;
+        Env { fixture, mites: StaticMites::default() }
     }
 
     pub async fn start(config: Config) -> Env {
@@ -129,20 +125,15 @@ impl Env {
         mites: Arc<dyn varroa_operator::mite::MiteSource>,
         activity: varroa_operator::activity::Publisher,
     ) {
-        assert!(self.op.is_none(), "an operator is already running");
         let metrics = Arc::new(Metrics::new());
         let client = self.sa.clone();
-        self.op = Some(Operator::spawn(metrics.clone(), move |shutdown| {
+        self.fixture.start_operator(metrics.clone(), move |shutdown| {
             varroa_operator::run(client, config, metrics, mites, activity, shutdown)
-        }));
-    }
-
-    pub async fn stop_operator(&mut self) {
-        self.op.take().expect("an operator runs").stop().await;
+        });
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.op.as_ref().expect("an operator runs").state.clone()
+        self.operator().clone()
     }
 
     pub fn controllers(&self) -> Api<Controller> {

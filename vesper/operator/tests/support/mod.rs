@@ -5,10 +5,9 @@
 
 #![allow(dead_code)]
 
-use devcluster::DevCluster;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt, ResourceExt};
+use kube::{CustomResourceExt, ResourceExt};
 // What the tests use of optest, under the names they know (each test uses some).
 #[allow(unused_imports)]
 pub use optest::wait::Recorder;
@@ -29,23 +28,15 @@ pub const INGRESS_NS: &str = "ingress-nginx";
 const OPERATOR_NS: &str = "vesper-system";
 const OPERATOR_SA: &str = "vesper-operator";
 
-/// The operator, running in a task of the test's runtime (its metrics at hand); stopped when
-/// dropped.
-pub type Operator = optest::inprocess::InProcess<Arc<Metrics>>;
-
+/// The cluster with the operator's CRD and RBAC, the admin, the operator's service account (with
+/// exactly deploy/vesper/rbac.yaml) and the operator when it runs, with its metrics; and the
+/// clock the operator runs with. `env.dc`, `env.admin`, `env.sa`, `env.op` are the fixture's.
 pub struct Env {
-    /// First, so that it is dropped (stopped) before the cluster it talks to.
-    pub op: Option<Operator>,
-    pub dc: DevCluster,
-    /// The cluster admin (the test's own hands).
-    pub admin: Client,
-    /// The operator's service account, with exactly deploy/vesper/rbac.yaml.
-    pub sa: Client,
-    /// The service account's client configuration: each operator started gets a client of its
-    /// own from it, counting its requests into its metrics (as the binary's does).
-    sa_config: kube::Config,
+    fixture: optest::Fixture<Arc<Metrics>>,
     pub clock: Clock,
 }
+
+optest::deref_to_fixture!(Env, fixture, Arc<Metrics>);
 
 /// The operator's settings the tests use unless they say otherwise.
 pub fn config() -> Config {
@@ -66,21 +57,16 @@ impl Env {
     pub async fn cluster(options: devcluster::Options) -> Env {
         // The operator's warnings (failed reconciles) in the test's output: RUST_LOG to see more.
         optest::init_tracing("warn,vesper_operator=info");
-        let dc = optest::cluster::start(options).await;
-        let admin = dc.client();
-        optest::cluster::install_crds(&admin, &[PreviewEnvironment::crd()]).await;
-        // deploy/vesper/rbac.yaml, every document created as the admin.
-        let rbac = optest::cluster::write_yaml(
-            &admin,
-            &optest::read("deploy/vesper/rbac.yaml"),
-            optest::cluster::Write::Create,
-        )
+        let fixture = optest::Fixture::start(options, (OPERATOR_NS, OPERATOR_SA), async |admin| {
+            optest::cluster::install_crds(admin, &[PreviewEnvironment::crd()]).await;
+            // deploy/vesper/rbac.yaml, every document created as the admin.
+            let rbac = optest::read("deploy/vesper/rbac.yaml");
+            let created = optest::cluster::write_yaml(admin, &rbac, optest::cluster::Write::Create).await;
+            assert_eq!(created, 6, "rbac.yaml: the namespace, account, ClusterRole and binding, Role and binding");
+            optest::cluster::create_namespaces(admin, &[INGRESS_NS, TEAM]).await;
+        })
         .await;
-        assert_eq!(rbac, 6, "rbac.yaml: the namespace, account, ClusterRole and binding, Role and binding");
-        optest::cluster::create_namespaces(&admin, &[INGRESS_NS, TEAM]).await;
-        let sa_config = optest::service_account::config(&dc, OPERATOR_NS, OPERATOR_SA).await;
-        let sa = Client::try_from(sa_config.clone()).expect("a client for the service account");
-        Env { dc, admin, sa, sa_config, clock: Clock::default(), op: None }
+        Env { fixture, clock: Clock::default() }
     }
 
     /// A cluster (2 nodes) with the operator running with `config`.
@@ -96,24 +82,17 @@ impl Env {
 
     /// Start an operator (as the service account, with the env's clock and fresh metrics).
     pub fn start_operator(&mut self, config: Config) {
-        assert!(self.op.is_none(), "an operator is already running");
         let metrics = Arc::new(Metrics::new());
         let client = opkit::client::counted(self.sa_config.clone(), &metrics.requests)
             .expect("a client for the service account");
         let clock = self.clock.clone();
-        self.op = Some(Operator::spawn(metrics.clone(), move |shutdown| {
+        self.fixture.start_operator(metrics.clone(), move |shutdown| {
             vesper_operator::run_with_clock(client, config, metrics, clock, shutdown)
-        }));
-    }
-
-    /// Stop the running operator and wait until it has stopped.
-    pub async fn stop_operator(&mut self) {
-        let op = self.op.take().expect("an operator runs");
-        op.stop().await;
+        });
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.op.as_ref().expect("an operator runs").state.clone()
+        self.operator().clone()
     }
 
     pub fn previews(&self) -> Api<PreviewEnvironment> {
@@ -161,7 +140,7 @@ impl Env {
     ) -> PreviewEnvironment {
         let c = move |o: Option<&PreviewEnvironment>| o.is_some_and(&cond);
         optest::wait::wait_for_explained(self.previews(), name, &format!("preview {what}"), c, |now| {
-            let running = self.op.as_ref().is_some_and(|o| !o.finished());
+            let running = self.operator_running();
             format!(
                 "operator running: {running}\nthe preview: {}",
                 serde_json::to_string_pretty(&now).unwrap_or_default()
