@@ -62,6 +62,40 @@ where
         .touched_objects()
 }
 
+/// Drop from a pod what an operator's status never reads from it, for a pod cache: its spec,
+/// owner references and generated name, and of its status all but the phase, the conditions and
+/// the container states (name, image, imageID, ready, restart count, state, last state), of its
+/// containers and of its init containers. Both operators cache their pods so (Vesper reads the
+/// app container's state and image, Varroa the jenkins and plugins-init containers').
+pub fn trim_pod(p: &mut k8s_openapi::api::core::v1::Pod) {
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodSpec};
+    let trim = |c: &mut ContainerStatus| {
+        c.allocated_resources = None;
+        c.allocated_resources_status = None;
+        c.resources = None;
+        c.volume_mounts = None;
+        c.user = None;
+        c.container_id = None;
+    };
+    p.metadata.owner_references = None;
+    p.metadata.generate_name = None;
+    p.spec = Some(PodSpec::default());
+    if let Some(s) = p.status.as_mut() {
+        s.host_ip = None;
+        s.host_ips = None;
+        s.pod_ip = None;
+        s.pod_ips = None;
+        s.ephemeral_container_statuses = None;
+        s.message = None;
+        s.nominated_node_name = None;
+        s.qos_class = None;
+        s.resource_claim_statuses = None;
+        s.start_time = None;
+        s.container_statuses.iter_mut().flatten().for_each(trim);
+        s.init_container_statuses.iter_mut().flatten().for_each(trim);
+    }
+}
+
 /// Whether a store has had its first full list, without waiting. (kube's store readiness keeps
 /// one waiter: do not use this on a store some task awaits `wait_until_ready` on.)
 pub fn is_ready<K>(store: &Store<K>) -> bool

@@ -24,7 +24,7 @@ use crate::events::{EventPublisher, Note};
 use crate::status::{StatusWriter, Written};
 use kube::api::{Api, DeleteParams, ObjectMeta};
 use kube::core::object::HasStatus;
-use kube::runtime::reflector::{Lookup, Store};
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -189,11 +189,11 @@ impl ReconcileMetrics {
 /// Objects by phase, computed at each scrape from the controller's watch cache of the objects
 /// (a reflector store): nothing is kept per object, so nothing needs forgetting when one goes.
 /// Every phase of `all` is exported, 0 when no object has it; an object whose phase is not set
-/// yet is not counted. Until [`PhaseGauge::attach`] gives it the store, every phase is 0.
+/// yet, or that is being deleted, is not counted. Until [`PhaseGauge::attach`] gives it the store, every phase is 0.
 ///
 /// Register it with [`PhaseGauge::register`] (a Prometheus collector, under the registry's
 /// prefix: `vesper_previews{phase="Ready"}`).
-pub struct PhaseGauge<K: Lookup<DynamicType = ()> + Clone + 'static, P> {
+pub struct PhaseGauge<K: Resource<DynamicType = ()> + Clone + 'static, P> {
     name: &'static str,
     help: &'static str,
     all: Vec<P>,
@@ -203,7 +203,7 @@ pub struct PhaseGauge<K: Lookup<DynamicType = ()> + Clone + 'static, P> {
 
 impl<K, P> std::fmt::Debug for PhaseGauge<K, P>
 where
-    K: Lookup<DynamicType = ()> + Clone + 'static,
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PhaseGauge").field("name", &self.name).finish()
@@ -212,7 +212,7 @@ where
 
 impl<K, P> PhaseGauge<K, P>
 where
-    K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     P: Copy + Eq + Display + Send + Sync + 'static,
 {
     /// The gauge `name` (`previews`), over the phases `all`, reading an object's phase with
@@ -234,7 +234,16 @@ where
 
     /// How many objects of the cache are in `phase`.
     pub fn count(&self, phase: P) -> usize {
-        self.store.get().map_or(0, |s| s.state().iter().filter(|o| (self.phase)(o) == Some(phase)).count())
+        self.store.get().map_or(0, |s| s.state().iter().filter(|o| self.phase_of(o) == Some(phase)).count())
+    }
+
+    /// The phase `o` is counted in: none while it is being deleted (it is leaving; the cache
+    /// may hold it a moment after the controller let it go).
+    fn phase_of(&self, o: &K) -> Option<P> {
+        if o.meta().deletion_timestamp.is_some() {
+            return None;
+        }
+        (self.phase)(o)
     }
 
     /// Register in `r` (the operator's prefixed registry).
@@ -245,14 +254,14 @@ where
 
 impl<K, P> Collector for PhaseGauge<K, P>
 where
-    K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     P: Copy + Eq + Display + Send + Sync + 'static,
 {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut counts: Vec<(P, i64)> = self.all.iter().map(|p| (*p, 0)).collect();
         if let Some(store) = self.store.get() {
             for o in store.state() {
-                if let Some(p) = (self.phase)(&o)
+                if let Some(p) = self.phase_of(&o)
                     && let Some(c) = counts.iter_mut().find(|(q, _)| *q == p)
                 {
                     c.1 += 1;
@@ -495,6 +504,11 @@ mod tests {
         writer.apply_watcher_event(&Event::Apply(cm("a", "Ready")));
         writer.apply_watcher_event(&Event::Delete(cm("b", "Ready")));
         assert_eq!((gauge.count("Pending"), gauge.count("Ready")), (0, 2), "a deleted object is no longer counted");
+        let mut leaving = cm("a", "Ready");
+        leaving.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        writer.apply_watcher_event(&Event::Apply(leaving));
+        assert_eq!(gauge.count("Ready"), 1, "an object being deleted is not counted");
     }
 
     #[tokio::test]

@@ -6,11 +6,12 @@
 //! - metadata only for the ServiceAccount, the RoleBinding, the ConfigMap and the Services: the
 //!   compare-then-write reads one only when its cached metadata is not the version it verified;
 //! - whole objects (without `managedFields`) for the StatefulSet and the pods, whose state the
-//!   status reads, and the Ingresses, whose hosts another Controller's Ingress may not take.
+//!   status reads (trimmed to it: a StatefulSet's pod template and a pod's spec are dropped), and
+//!   the Ingresses, whose hosts another Controller's Ingress may not take.
 //!
 //! Nothing waits for a cache: what one does not hold yet is read from the API server.
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -120,6 +121,16 @@ cached!(Service, services);
 cached!(Ingress, ingresses);
 cached!(StatefulSet, stateful_sets);
 
+/// Drop what neither the status nor the compare-then-write's hint reads from a StatefulSet: of
+/// its spec all but the replicas (the pod template is most of its size). Its metadata (the hint,
+/// the hibernation marker) and status stay whole.
+pub fn trim_stateful_set(s: &mut StatefulSet) {
+    if let Some(spec) = s.spec.as_mut() {
+        *spec =
+            StatefulSetSpec { replicas: spec.replicas, service_name: spec.service_name.take(), ..Default::default() };
+    }
+}
+
 /// The watch configuration of what Varroa makes: its label.
 pub fn ours() -> watcher::Config {
     watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"))
@@ -157,12 +168,12 @@ pub fn streams(
         config_maps: opkit::cache::metadata(Api::all(c.clone()), ours(), w.config_maps),
         services: opkit::cache::metadata(Api::all(c.clone()), ours(), w.services),
         ingresses: opkit::cache::objects(Api::all(c.clone()), ours(), w.ingresses, |_| {}),
-        stateful_sets: opkit::cache::objects(Api::all(c.clone()), ours(), w.stateful_sets, |_| {}),
+        stateful_sets: opkit::cache::objects(Api::all(c.clone()), ours(), w.stateful_sets, trim_stateful_set),
         pods: opkit::cache::objects(
             Api::all(c.clone()),
             watcher::Config::default().labels(LABEL_CONTROLLER),
             w.pods,
-            |_| {},
+            opkit::cache::trim_pod,
         ),
     }
 }

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 use varroa_api::Controller;
 use varroa_pki::{CertificateAuthority, MiteIdentity};
@@ -16,14 +17,36 @@ use varroa_pki::{CertificateAuthority, MiteIdentity};
 /// Annotation on the mite Secret: the fingerprint of the CA that issued it.
 pub const ANNOTATION_CA: &str = "varroa.dev/ca-fingerprint";
 
+/// The gateway CA as the operator's watch of its Secret last saw it: parsed once per change,
+/// shared by every pass (which read and parsed the Secret each before). Empty until the watch
+/// has listed; a pass then reads the Secret itself ([`gateway_ca`]). Clones share the value.
+#[derive(Clone, Default)]
+pub struct GatewayCa {
+    seen: Arc<RwLock<Option<CaResult>>>,
+}
+
+/// The gateway CA, or why it cannot be used.
+pub type CaResult = std::result::Result<Arc<CertificateAuthority>, CaError>;
+
+impl GatewayCa {
+    fn get(&self) -> Option<CaResult> {
+        self.seen.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, v: CaResult) {
+        *self.seen.write().unwrap_or_else(|e| e.into_inner()) = Some(v);
+    }
+}
+
 /// A stream that yields once each time the gateway CA Secret changes (created, its data
 /// replaced, deleted): every controller then gets its certificate issued again and its pod rolled
-/// at once, instead of at the next resync. Watched by name (RBAC grants list and watch on that
-/// one Secret); a relist of an unchanged Secret yields nothing. Errors are retried with the
-/// watcher's default backoff.
+/// at once, instead of at the next resync. It also keeps `cell` current. Watched by name (RBAC
+/// grants list and watch on that one Secret); a relist of an unchanged Secret yields nothing.
+/// Errors are retried with the watcher's default backoff (the cell keeps what it had).
 pub fn gateway_ca_changes(
     client: kube::Client,
     config: &crate::Config,
+    cell: GatewayCa,
 ) -> impl futures::Stream<Item = ()> + Send + use<> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
@@ -35,16 +58,35 @@ pub fn gateway_ca_changes(
         ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref().to_vec()
     };
     let mut last: Option<Option<Vec<u8>>> = None;
+    let mut listed: Option<Secret> = None;
     // Backoff: an API server that fails at once (gone, refusing) is retried with growing
     // delays. Without it the watcher retried in the same poll forever, since errors are dropped
     // here, and starved its runtime thread (found when a test's devcluster went first).
     watcher(api, cfg).default_backoff().filter_map(move |event| {
+        let missing = || Err(CaError::Missing { namespace: ns.clone(), name: name.clone() });
         let now = match event {
-            Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => Some(Some(digest(&s))),
-            Ok(watcher::Event::Delete(_)) => Some(None),
-            // A relist that finds nothing: the Secret is gone.
-            Ok(watcher::Event::InitDone) if last.is_none() => Some(None),
-            _ => None,
+            Ok(watcher::Event::Init) => {
+                listed = None;
+                None
+            }
+            Ok(watcher::Event::InitApply(s)) => {
+                listed = Some(s);
+                None
+            }
+            Ok(watcher::Event::InitDone) => {
+                let s = listed.take();
+                cell.set(s.as_ref().map_or_else(missing, |s| parse(s, &ns, &name)));
+                Some(s.as_ref().map(digest))
+            }
+            Ok(watcher::Event::Apply(s)) => {
+                cell.set(parse(&s, &ns, &name));
+                Some(Some(digest(&s)))
+            }
+            Ok(watcher::Event::Delete(_)) => {
+                cell.set(missing());
+                Some(None)
+            }
+            Err(_) => None,
         };
         let changed = match (&now, &last) {
             (Some(n), Some(l)) => n != l,
@@ -62,21 +104,30 @@ pub fn gateway_ca_changes(
     })
 }
 
-/// Reads the gateway CA; the error says what is missing and the fix.
-pub async fn gateway_ca(ctx: &Context) -> std::result::Result<CertificateAuthority, CaError> {
+/// The gateway CA: as the watch last saw it, or (before the watch has listed) read; the error
+/// says what is missing and the fix.
+pub async fn gateway_ca(ctx: &Context) -> CaResult {
+    if let Some(seen) = ctx.gateway_ca.get() {
+        return seen;
+    }
     let (namespace, name) = ctx.config.gateway_ca();
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let secret = match api.get_opt(&name).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return Err(CaError::Missing { namespace, name }),
-        Err(e) => return Err(CaError::Unreadable { namespace, name, message: e.to_string() }),
-    };
-    let data = secret.data.unwrap_or_default();
+    match api.get_opt(&name).await {
+        Ok(Some(s)) => parse(&s, &namespace, &name),
+        Ok(None) => Err(CaError::Missing { namespace, name }),
+        Err(e) => Err(CaError::Unreadable { namespace, name, message: e.to_string() }),
+    }
+}
+
+/// The CA in the gateway CA Secret `namespace/name`.
+fn parse(secret: &Secret, namespace: &str, name: &str) -> CaResult {
+    let (namespace, name) = (namespace.to_string(), name.to_string());
+    let data = secret.data.clone().unwrap_or_default();
     let text = |k: &str| data.get(k).map(|b| String::from_utf8_lossy(&b.0).into_owned());
     let (Some(cert), Some(key)) = (text("tls.crt"), text("tls.key")) else {
         return Err(CaError::Incomplete { namespace, name });
     };
-    CertificateAuthority::from_pem(&cert, &key).map_err(|e| CaError::Invalid {
+    CertificateAuthority::from_pem(&cert, &key).map(Arc::new).map_err(|e| CaError::Invalid {
         namespace,
         name,
         message: e.to_string(),
@@ -241,7 +292,7 @@ mod tests {
         });
         let client = kube::Client::new(service, "default");
         let config = crate::Config::for_tests();
-        let changes = gateway_ca_changes(client, &config);
+        let changes = gateway_ca_changes(client, &config, GatewayCa::default());
         let watch = tokio::spawn(async move {
             let mut changes = std::pin::pin!(changes);
             while changes.next().await.is_some() {}

@@ -33,6 +33,8 @@ pub struct Context {
     /// The caches of the controllers' own objects (crate::cache).
     pub caches: crate::cache::Caches,
     pub fetcher: varroa_sources::Fetcher,
+    /// The gateway CA, kept current by the watch of its Secret.
+    pub gateway_ca: crate::certs::GatewayCa,
     /// The lifecycle activity (published on NATS, or nowhere).
     pub activity: crate::activity::Publisher,
     /// The Controllers the watch has shown, to tell a deletion (only with activity on).
@@ -91,6 +93,7 @@ impl Context {
             world,
             caches,
             fetcher,
+            gateway_ca: Default::default(),
             activity,
             seen: Mutex::default(),
             world_ready,

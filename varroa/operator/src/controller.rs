@@ -161,11 +161,14 @@ pub async fn run(
     let (caches, writers) = crate::cache::Caches::new();
     let ctx = Arc::new(Context::new(client.clone(), config, metrics, mites, world.clone(), activity, caches));
     let seen = ctx.clone();
-    let watch = watcher(controllers, watcher::Config::default()).inspect(move |e| {
-        if let Ok(e) = e {
-            seen.observe(e);
-        }
-    });
+    // Without their managedFields (nothing reads them; they are much of a Controller's size in
+    // the cache).
+    let watch =
+        watcher(controllers, watcher::Config::default()).modify(|c| c.managed_fields_mut().clear()).inspect(move |e| {
+            if let Ok(e) = e {
+                seen.observe(e);
+            }
+        });
     let kc = KubeController::for_stream(kube::runtime::reflector(writer, watch).applied_objects(), store.clone())
         .with_config(limits);
     let triggers = futures::stream::select(world_changes, mite_changes);
@@ -186,7 +189,7 @@ pub async fn run(
         }
     };
     // A new gateway CA reissues every certificate and rolls every pod at once.
-    let ca_changes = crate::certs::gateway_ca_changes(client.clone(), &ctx.config);
+    let ca_changes = crate::certs::gateway_ca_changes(client.clone(), &ctx.config, ctx.gateway_ca.clone());
     // The controller's objects: each watch fills a cache (crate::cache) and triggers its owner.
     let s = crate::cache::streams(&client, writers);
     let controller = kc

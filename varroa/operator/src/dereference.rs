@@ -25,7 +25,7 @@ pub struct Inputs {
     pub rendered: varroa_config::Rendered,
     /// The update site plugins-init downloads from.
     pub update_site: String,
-    pub ca: CertificateAuthority,
+    pub ca: std::sync::Arc<CertificateAuthority>,
     pub mite: MiteState,
     /// The controller's StatefulSet as it is (`None`: not created yet).
     pub stateful_set: Option<StatefulSet>,

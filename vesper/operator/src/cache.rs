@@ -134,12 +134,35 @@ where
     opkit::cache::metadata(Api::all(client.clone()), ours(), writer)
 }
 
-/// A watch of the Deployments that fills `writer` (their status is read, so whole objects).
+/// A watch of the Deployments that fills `writer`, keeping what the status reads (their
+/// status is read, so not metadata only).
 pub fn deployments(
     client: &Client,
     writer: Writer<Deployment>,
 ) -> impl futures::Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static {
-    opkit::cache::objects(Api::all(client.clone()), ours(), writer, |_| {})
+    opkit::cache::objects(Api::all(client.clone()), ours(), writer, trim_deployment)
+}
+
+/// Drop what neither the status nor the compare-then-write's hint reads from a Deployment: of
+/// its spec all but the replicas and the containers' names and images (the status tells a
+/// rollout of a new image by them). Its metadata (the hint) and status stay whole.
+pub fn trim_deployment(d: &mut Deployment) {
+    if let Some(spec) = d.spec.as_mut() {
+        spec.strategy = None;
+        spec.template.metadata = None;
+        if let Some(pod) = spec.template.spec.as_mut() {
+            let containers = std::mem::take(&mut pod.containers)
+                .into_iter()
+                .map(|c| k8s_openapi::api::core::v1::Container { name: c.name, image: c.image, ..Default::default() })
+                .collect();
+            *pod = PodSpec { containers, ..Default::default() };
+        }
+    }
+    if let Some(s) = d.status.as_mut() {
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_update_time = None;
+        }
+    }
 }
 
 /// A watch of the previews' pods that fills `writer`, keeping only what the status reads.
@@ -147,39 +170,49 @@ pub fn pods(
     client: &Client,
     writer: Writer<Pod>,
 ) -> impl futures::Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
-    opkit::cache::objects(Api::all(client.clone()), ours(), writer, trim_pod)
-}
-
-/// Drop what the status does not read from a pod: its spec, owner references, and of its status
-/// all but the conditions and the container states.
-pub fn trim_pod(p: &mut Pod) {
-    p.metadata.owner_references = None;
-    p.metadata.generate_name = None;
-    p.spec = Some(PodSpec::default());
-    if let Some(s) = p.status.as_mut() {
-        s.host_ip = None;
-        s.host_ips = None;
-        s.pod_ip = None;
-        s.pod_ips = None;
-        s.init_container_statuses = None;
-        s.ephemeral_container_statuses = None;
-        s.message = None;
-        s.nominated_node_name = None;
-        s.qos_class = None;
-        s.resource_claim_statuses = None;
-        s.start_time = None;
-        for c in s.container_statuses.iter_mut().flatten() {
-            c.allocated_resources = None;
-            c.resources = None;
-            c.volume_mounts = None;
-            c.image = String::new();
-        }
-    }
+    opkit::cache::objects(Api::all(client.clone()), ours(), writer, opkit::cache::trim_pod)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trimmed_deployment_keeps_what_the_status_and_the_hint_read() {
+        let pe: vesper_api::PreviewEnvironment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "vesper.eventide.dev/v1alpha1", "kind": "PreviewEnvironment",
+            "metadata": {"name": "pr-1", "namespace": "team-a", "uid": "u", "creationTimestamp": "2026-11-01T10:00:00Z"},
+            "spec": {"image": "shop:2", "replicas": 2}}))
+        .expect("a preview");
+        let mut d = crate::deployment::deployment(&pe, &crate::Config::default(), "ns");
+        d.metadata.generation = Some(3);
+        d.metadata.resource_version = Some("42".into());
+        d.status = serde_json::from_value(serde_json::json!({"observedGeneration": 3, "replicas": 2,
+            "updatedReplicas": 2, "availableReplicas": 2, "readyReplicas": 2,
+            "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                "message": "ok", "lastUpdateTime": "2026-11-01T10:00:05Z"}]}))
+        .expect("a status");
+        let mut trimmed = d.clone();
+        trim_deployment(&mut trimmed);
+        assert_eq!(trimmed.metadata, d.metadata, "the compare-then-write's hint reads the metadata");
+        assert!(
+            serde_json::to_string(&trimmed).expect("json").len() * 2 < serde_json::to_string(&d).expect("json").len()
+        );
+        let status = |d: &Deployment| {
+            crate::status::compute(crate::status::Inputs {
+                pe: &pe,
+                deployment: Some(d),
+                pods: &[],
+                namespace: "ns",
+                url: None,
+                expires_at: jiff::Timestamp::MAX,
+                expiry_warning: std::time::Duration::from_secs(60),
+                now: "2026-11-01T10:01:00Z".parse().expect("a time"),
+            })
+        };
+        assert_eq!(status(&trimmed), status(&d));
+        assert_eq!(status(&trimmed).status.phase, Some(vesper_api::Phase::Ready));
+    }
 
     #[test]
     fn a_trimmed_pod_keeps_what_the_status_reads() {
@@ -194,7 +227,7 @@ mod tests {
         }))
         .expect("a pod");
         let mut trimmed = pod.clone();
-        trim_pod(&mut trimmed);
+        opkit::cache::trim_pod(&mut trimmed);
         assert_eq!(trimmed.spec, Some(PodSpec::default()));
         assert_eq!(trimmed.status.as_ref().and_then(|s| s.pod_ip.clone()), None);
         // What the status step reads is the same for both.
