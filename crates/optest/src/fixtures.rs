@@ -45,7 +45,18 @@ pub fn event(reason: &str, warning: bool, message: &str) -> Value {
     json!({"reason": reason, "type": if warning { "Warning" } else { "Normal" }, "message": message})
 }
 
+/// What a wanted list's entries are matched by, as Kubernetes lists are keyed: `type` when every
+/// entry has one (conditions), else `name` (containers, ports, volumes, env). `None`: the list is
+/// compared whole.
+fn list_key(want: &[Value]) -> Option<&'static str> {
+    if want.is_empty() {
+        return None;
+    }
+    ["type", "name"].into_iter().find(|k| want.iter().all(|x| x.get(*k).is_some()))
+}
+
 /// Compares `want` as a subset of `got`, pushing one line per difference, each naming the path.
+/// Lists of entries with a `type` (or else a `name`) are matched by it.
 pub fn subset(path: &str, want: &Value, got: &Value, diffs: &mut Vec<String>) {
     match (want, got) {
         (Value::Null, Value::Null) => {}
@@ -69,15 +80,16 @@ pub fn subset(path: &str, want: &Value, got: &Value, diffs: &mut Vec<String>) {
                 subset(&format!("{path}.{k}"), wv, g.get(k).unwrap_or(&Value::Null), diffs);
             }
         }
-        (Value::Array(w), Value::Array(g)) if !w.is_empty() && w.iter().all(|x| x.get("type").is_some()) => {
+        (Value::Array(w), Value::Array(g)) if list_key(w).is_some() => {
+            let key = list_key(w).unwrap_or("type");
             for wc in w {
-                let t = &wc["type"];
+                let t = &wc[key];
                 let absent = wc.get("absent") == Some(&Value::Bool(true));
-                match g.iter().find(|gc| gc.get("type") == Some(t)) {
-                    Some(_) if absent => diffs.push(format!("{path}: expected no entry of type {t}, found one")),
+                match g.iter().find(|gc| gc.get(key) == Some(t)) {
+                    Some(_) if absent => diffs.push(format!("{path}: expected no entry of {key} {t}, found one")),
                     None if absent => {}
-                    Some(gc) => subset(&format!("{path}[type={}]", t.as_str().unwrap_or("?")), wc, gc, diffs),
-                    None => diffs.push(format!("{path}: no entry of type {t}")),
+                    Some(gc) => subset(&format!("{path}[{key}={}]", t.as_str().unwrap_or("?")), wc, gc, diffs),
+                    None => diffs.push(format!("{path}: no entry of {key} {t}")),
                 }
             }
         }
@@ -109,19 +121,33 @@ pub fn check(file: &str, case: &Value, status: &Value, events: &[Value]) -> Vec<
     diffs
 }
 
-/// Runs every fixture of `dir` (at least `at_least` of them) through `run`, which returns the
-/// computed status (as JSON) and Events ([`event`]s); fails listing every difference of every
-/// fixture, each with its file name.
+/// Runs every status fixture of `dir` (at least `at_least` of them) through `run`, which returns
+/// the computed status (as JSON) and Events ([`event`]s); fails listing every difference of
+/// every fixture, each with its file name.
 pub fn every_case_holds(dir: &Path, at_least: usize, run: impl Fn(&Value, &str) -> (Value, Vec<Value>)) {
+    every_case(dir, at_least, |case, file| {
+        let (status, events) = run(case, file);
+        check(file, case, &status, &events)
+    })
+}
+
+/// Reads every fixture of `dir` (at least `at_least` of them) and hands each, with its file
+/// name, to `differences`; fails listing every difference of every fixture, each with its file
+/// name. The build fixtures compare with [`subset`] through this.
+pub fn every_case(dir: &Path, at_least: usize, differences: impl Fn(&Value, &str) -> Vec<String>) {
     let files = files(dir);
-    assert!(files.len() >= at_least, "expected the status fixtures in {}, found {}", dir.display(), files.len());
+    assert!(
+        files.len() >= at_least,
+        "expected at least {at_least} fixtures in {}, found {}",
+        dir.display(),
+        files.len()
+    );
     let mut failures = vec![];
     for path in &files {
         let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("?").to_string();
         let raw = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {file}: {e}"));
         let case: Value = serde_saphyr::from_str(&raw).unwrap_or_else(|e| panic!("{file}: not YAML: {e}"));
-        let (status, events) = run(&case, &file);
-        for d in check(&file, &case, &status, &events) {
+        for d in differences(&case, &file) {
             failures.push(format!("{file}: {d}"));
         }
     }
@@ -155,5 +181,21 @@ mod tests {
         );
         let diffs = check("f.yaml", &case, &got, &[]);
         assert!(diffs.contains(&"events: expected reasons [\"Ready\"], got []".to_string()), "{diffs:?}");
+    }
+
+    #[test]
+    fn lists_of_named_entries_are_matched_by_name_and_others_whole() {
+        let want = json!({"containers": [{"name": "app", "image": "shop:2"}], "args": ["a"]});
+        let got = json!({"containers": [{"name": "side", "image": "x"}, {"name": "app", "image": "shop:1", "ports": []}],
+            "args": ["a", "b"]});
+        let mut diffs = vec![];
+        subset("spec", &want, &got, &mut diffs);
+        assert_eq!(
+            diffs,
+            [
+                "spec.containers[name=app].image: expected \"shop:2\", got \"shop:1\"",
+                "spec.args: expected [\"a\"], got [\"a\",\"b\"]"
+            ]
+        );
     }
 }

@@ -12,12 +12,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::ResourceExt;
+use serde::Serialize;
 use varroa_api::Controller;
 use varroa_config::Rendered;
 use varroa_link::kv::DesiredEntry;
 
 /// Every object of one Controller, in the order they are written (crate::apply).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Desired {
     pub service_account: ServiceAccount,
     /// To the ClusterRole varroa-jenkins-agents; its roleRef cannot change, so a binding to
@@ -44,7 +46,8 @@ pub struct Desired {
 
 /// The mite Secret the controller needs: named `<name>-mite-tls`, issued for the controller by
 /// the gateway CA with this fingerprint.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MiteSecret {
     pub name: String,
     pub ca_fingerprint: String,

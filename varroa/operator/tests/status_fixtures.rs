@@ -49,31 +49,15 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use optest::fixtures::{event, field, parse, text};
+mod fixture_inputs;
+
+use fixture_inputs::{mite, world};
+use optest::fixtures::{event, field, text};
 use serde_json::Value;
 use std::path::Path;
-use varroa_api::{ApplyResult, Controller};
-use varroa_config::World;
+use varroa_api::Controller;
 use varroa_operator::error::{Blocker, CaError};
-use varroa_operator::mite::MiteState;
 use varroa_operator::status::{Failure, Inputs, compute};
-
-fn world(case: &Value, file: &str) -> World {
-    let mut w = World::default();
-    for (i, o) in case.get("world").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let what = format!("world[{i}]");
-        match o.get("kind").and_then(Value::as_str) {
-            Some("JenkinsVersionProfile") => w.profiles.push(parse(o, &what, file)),
-            Some("ControllerClass") => w.classes.push(parse(o, &what, file)),
-            Some("ProvisioningDefaults") => w.defaults = Some(parse(o, &what, file)),
-            Some("ComposedBundle") => w.bundles.push(parse(o, &what, file)),
-            Some("CatalogItem") => w.catalog_items.push(parse(o, &what, file)),
-            Some("PodTemplate") => w.pod_templates.push(parse(o, &what, file)),
-            other => panic!("{file}: {what}: kind {other:?} is not one the fixtures read"),
-        }
-    }
-    w
-}
 
 fn blocker(case: &Value, file: &str) -> Option<Blocker> {
     let b = case.get("blocker").filter(|v| !v.is_null())?;
@@ -87,16 +71,6 @@ fn blocker(case: &Value, file: &str) -> Option<Blocker> {
         }));
     }
     panic!("{file}: `blocker` is unknownUpdateCenter or gatewayCaMissing")
-}
-
-fn mite(case: &Value, file: &str) -> MiteState {
-    let Some(m) = case.get("mite").filter(|v| !v.is_null()) else { return MiteState::default() };
-    MiteState {
-        connected: m.get("connected").and_then(Value::as_bool).unwrap_or(false),
-        lost: m.get("lost").and_then(Value::as_bool).unwrap_or(false),
-        last_apply: field::<ApplyResult>(m, "lastApply", file),
-        ..MiteState::default()
-    }
 }
 
 /// The status pass on the fixture's inputs: the status (as JSON) and the Events it records.

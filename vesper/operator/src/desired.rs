@@ -15,6 +15,7 @@ use vesper_api::PreviewEnvironment;
 /// the quota, the limits and the network isolation, before any pod can run; the workload and its
 /// routes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Desired {
     pub namespace: Namespace,
     pub quota: ResourceQuota,
