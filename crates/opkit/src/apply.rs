@@ -271,6 +271,28 @@ impl Verified {
     }
 }
 
+/// What the caller knows of the live object before [`ensure_cached`] looks.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Hint<'a> {
+    /// Nothing: the live object is read.
+    #[default]
+    Unknown,
+    /// Its metadata as a watch cache holds it: when it is the version verified before, nothing
+    /// is sent; otherwise the live object is read.
+    Cached(&'a kube::api::ObjectMeta),
+    /// It cannot exist: its namespace was created by this very pass, so no one else has had
+    /// the chance to make an object there (a watch cache's "not there" is no such proof: it may
+    /// lag). It is created without a read first; should one exist after all, the write fails
+    /// with a conflict and the next attempt reads it, as always.
+    New,
+}
+
+impl<'a> From<Option<&'a kube::api::ObjectMeta>> for Hint<'a> {
+    fn from(meta: Option<&'a kube::api::ObjectMeta>) -> Self {
+        meta.map_or(Hint::Unknown, Hint::Cached)
+    }
+}
+
 /// Make sure the live object matches `desired` (see the [module documentation](self)), with no
 /// memory of earlier checks: a dry run is sent whenever the fields `desired` sets all match.
 pub async fn ensure<K>(api: &Api<K>, desired: &K, field_manager: &str) -> Result<Outcome>
@@ -303,7 +325,7 @@ pub async fn ensure_guarded<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
-    ensure_cached(api, desired, field_manager, verified, guard, None).await
+    ensure_cached(api, desired, field_manager, verified, guard, Hint::Unknown).await
 }
 
 /// [`ensure_guarded`], with what a watch cache holds of the live object (its metadata) as a hint:
@@ -321,11 +343,15 @@ pub async fn ensure_cached<K>(
     field_manager: &str,
     verified: &Verified,
     guard: &Guard<'_>,
-    cached: Option<&kube::api::ObjectMeta>,
+    hint: Hint<'_>,
 ) -> Result<Applied>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
+    let cached = match hint {
+        Hint::Cached(meta) => Some(meta),
+        _ => None,
+    };
     let body = apply_body(desired)?;
     let name = desired
         .meta()
@@ -376,7 +402,8 @@ where
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match ensure_once(&target, &body, &api_version, &kind, verified, guard).await {
+        let absent = attempt == 1 && matches!(hint, Hint::New);
+        match ensure_once(&target, &body, &api_version, &kind, verified, guard, absent).await {
             Err(Error::Kube { source: kube::Error::Api(s), .. }) if s.code == 409 && attempt < CONFLICT_ATTEMPTS => {
                 tracing::debug!(object = %what, attempt, "conflict: reading again");
             }
@@ -406,6 +433,7 @@ async fn ensure_once<K>(
     kind: &str,
     verified: &Verified,
     guard: &Guard<'_>,
+    absent: bool,
 ) -> Result<Applied>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
@@ -428,7 +456,8 @@ where
         changed_by,
         recreated: false,
     };
-    let mut live = dynamic.get_opt(name).await.map_err(|e| Error::kube(format!("get {what}"), e))?;
+    let mut live =
+        if absent { None } else { dynamic.get_opt(name).await.map_err(|e| Error::kube(format!("get {what}"), e))? };
     let mut recreated = false;
     if let Some(l) = &live {
         if !(guard.is_ours)(&l.metadata) {
@@ -451,13 +480,25 @@ where
     }
     let Some(live) = live else {
         tracing::info!(object = %what, field_manager, "absent: creating");
-        let params = PatchParams::apply(field_manager).force();
-        let created =
-            api.patch(name, &params, &Patch::Apply(body)).await.map_err(|e| Error::kube(format!("apply {what}"), e))?;
-        if let Some(stamp) = stamp_of(created.meta(), digest) {
+        let created = if absent {
+            // Not read first: a create, which fails (409, read on the next attempt) where an
+            // apply would take over an object that exists after all.
+            let object: DynamicObject = serde_json::from_value(body.clone())
+                .map_err(|source| Error::Json { action: format!("building {what}"), source })?;
+            let params = PostParams { dry_run: false, field_manager: Some(field_manager.to_string()) };
+            dynamic.create(&params, &object).await.map_err(|e| Error::kube(format!("create {what}"), e))?.metadata
+        } else {
+            let params = PatchParams::apply(field_manager).force();
+            let created = api
+                .patch(name, &params, &Patch::Apply(body))
+                .await
+                .map_err(|e| Error::kube(format!("apply {what}"), e))?;
+            created.meta().clone()
+        };
+        if let Some(stamp) = stamp_of(&created, digest) {
             verified.set(key, stamp);
         }
-        return Ok(Applied { recreated, ..applied(Outcome::Created, None, None, created.meta().uid.as_ref()) });
+        return Ok(Applied { recreated, ..applied(Outcome::Created, None, None, created.uid.as_ref()) });
     };
     let Some(live_stamp) = stamp_of(&live.metadata, digest) else {
         return Err(Error::invalid("live object", format!("{what} has no uid or resourceVersion")));
@@ -960,7 +1001,7 @@ impl WriteCounter {
     where
         K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     {
-        self.ensure_cached(api, desired, field_manager, guard, None).await
+        self.ensure_cached(api, desired, field_manager, guard, Hint::Unknown).await
     }
 
     /// [`ensure_cached`], counted.
@@ -970,12 +1011,12 @@ impl WriteCounter {
         desired: &K,
         field_manager: &str,
         guard: &Guard<'_>,
-        cached: Option<&kube::api::ObjectMeta>,
+        hint: Hint<'_>,
     ) -> Result<Applied>
     where
         K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     {
-        let applied = ensure_cached(api, desired, field_manager, &self.verified, guard, cached).await?;
+        let applied = ensure_cached(api, desired, field_manager, &self.verified, guard, hint).await?;
         if applied.recreated {
             self.record(&K::kind(&()), Outcome::Deleted);
         }

@@ -18,11 +18,11 @@
 //!   logged once (`reconcile failed`, target `opkit::reconcile`, with `kind`, `object` and
 //!   `error`).
 
-use crate::apply::{Applied, Guard, Outcome, WriteCounter};
+use crate::apply::{Applied, Guard, Hint, Outcome, WriteCounter};
 use crate::clock::Clock;
 use crate::events::{EventPublisher, Note};
 use crate::status::{StatusWriter, Written};
-use kube::api::{Api, DeleteParams, ObjectMeta};
+use kube::api::{Api, DeleteParams};
 use kube::core::object::HasStatus;
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource};
@@ -362,7 +362,7 @@ where
     }
 
     /// Make sure `desired` (an object of `owner`'s, reached through `api`) is what it should be:
-    /// [`crate::apply::ensure_cached`] with the `guard` and the `cached` metadata, counted; a
+    /// [`crate::apply::ensure_cached`] with the `guard` and the `hint`, counted; a
     /// change someone else made is put back and recorded as a `Restored` Warning Event on the
     /// owner. An object of that name that the guard says is not the owner's is left alone
     /// ([`crate::Error::NotOwned`]).
@@ -372,12 +372,12 @@ where
         api: &Api<D>,
         desired: &D,
         guard: &Guard<'_>,
-        cached: Option<&ObjectMeta>,
+        hint: Hint<'_>,
     ) -> crate::Result<Applied>
     where
         D: crate::apply::Object,
     {
-        let applied = self.writes.ensure_cached(api, desired, self.field_manager, guard, cached).await?;
+        let applied = self.writes.ensure_cached(api, desired, self.field_manager, guard, hint).await?;
         self.events.restored(&owner.object_ref(&()), &applied).await;
         Ok(applied)
     }

@@ -97,7 +97,7 @@ where
     let is_ours = |meta: &ObjectMeta| crate::objects::is_ours(meta, c);
     let guard = opkit::apply::Guard { is_ours: &is_ours, recreate: &recreate };
     let cached = ctx.caches.meta_of::<K>(&ns, desired.meta().name.as_deref().unwrap_or_default());
-    match ctx.kit.ensure(c, &api, desired, &guard, cached.as_ref()).await {
+    match ctx.kit.ensure(c, &api, desired, &guard, cached.as_ref().into()).await {
         Ok(_) => Ok(()),
         Err(opkit::Error::NotOwned { .. }) => Err(Error::OwnershipConflict {
             kind: K::kind(&()).into_owned(),

@@ -30,22 +30,26 @@ pub async fn apply(
     let Desired { namespace, quota, limits, network_policy, deployment, service, ingress } = desired;
     let ns = namespace.name_any();
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    ctx.kit
-        .ensure(pe, &namespaces, &namespace, &opkit::apply::Guard::ANY, live_namespace)
+    let made = ctx
+        .kit
+        .ensure(pe, &namespaces, &namespace, &opkit::apply::Guard::ANY, live_namespace.into())
         .await
         .map_err(Error::Apply)?;
-    // Before any pod: a failure here leaves the Deployment unwritten.
+    // In a namespace this pass created, nothing can exist yet: each object is created without
+    // a read first. Otherwise the cache's metadata is the hint.
+    let new = made.outcome == opkit::apply::Outcome::Created;
     let (c, at) = (&ctx.caches, Some(ns.as_str()));
-    owned(ctx, pe, &ns, &quota, Caches::meta(&c.quotas, at, crate::quota::QUOTA_NAME)).await?;
-    owned(ctx, pe, &ns, &limits, Caches::meta(&c.limits, at, crate::quota::LIMIT_RANGE_NAME)).await?;
-    owned(ctx, pe, &ns, &network_policy, Caches::meta(&c.policies, at, crate::networkpolicy::NAME)).await?;
+    // Before any pod: a failure here leaves the Deployment unwritten.
+    owned(ctx, pe, &ns, &quota, new, Caches::meta(&c.quotas, at, crate::quota::QUOTA_NAME)).await?;
+    owned(ctx, pe, &ns, &limits, new, Caches::meta(&c.limits, at, crate::quota::LIMIT_RANGE_NAME)).await?;
+    owned(ctx, pe, &ns, &network_policy, new, Caches::meta(&c.policies, at, crate::networkpolicy::NAME)).await?;
     // The workload and its routes.
     let cached_deployment = c.deployment(&ns, crate::deployment::NAME).map(|d| d.metadata);
-    owned(ctx, pe, &ns, &deployment, cached_deployment).await?;
-    owned(ctx, pe, &ns, &service, Caches::meta(&c.services, at, crate::service::NAME)).await?;
+    owned(ctx, pe, &ns, &deployment, new, cached_deployment).await?;
+    owned(ctx, pe, &ns, &service, new, Caches::meta(&c.services, at, crate::service::NAME)).await?;
     let cached_ingress = Caches::meta(&c.ingresses, at, crate::ingress::NAME);
     match ingress {
-        Some(ingress) => owned(ctx, pe, &ns, &ingress, cached_ingress).await?,
+        Some(ingress) => owned(ctx, pe, &ns, &ingress, new, cached_ingress).await?,
         None => {
             if cached_ingress.is_some_and(|i| crate::meta::is_ours(&i, pe)) {
                 let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ns);
@@ -58,13 +62,15 @@ pub async fn apply(
 
 /// Make sure an object in the preview's namespace is what it should be: one that is not this
 /// preview's is refused ([`Error::Conflict`]); otherwise it is written only when it differs.
-/// `cached` is its metadata in the watch cache: when it is the version verified before, nothing
-/// is sent; otherwise the ownership check and the comparison share one read of the live object.
+/// `new`: its namespace was created by this pass, so it cannot exist yet and is created without a
+/// read. Otherwise, when `cached` (its metadata in the watch cache) is the version verified
+/// before, nothing is sent; else the ownership check and the comparison share one read.
 async fn owned<K>(
     ctx: &Context,
     pe: &PreviewEnvironment,
     namespace: &str,
     desired: &K,
+    new: bool,
     cached: Option<ObjectMeta>,
 ) -> Result<()>
 where
@@ -73,7 +79,8 @@ where
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
     let is_ours = |meta: &ObjectMeta| crate::meta::is_ours(meta, pe);
     let guard = opkit::apply::Guard { is_ours: &is_ours, recreate: &|_| false };
-    match ctx.kit.ensure(pe, &api, desired, &guard, cached.as_ref()).await {
+    let hint = if new { opkit::apply::Hint::New } else { cached.as_ref().into() };
+    match ctx.kit.ensure(pe, &api, desired, &guard, hint).await {
         Ok(_) => Ok(()),
         Err(opkit::Error::NotOwned { .. }) => Err(Error::Conflict {
             kind: K::kind(&()).into_owned(),

@@ -314,3 +314,26 @@ async fn a_guarded_write_leaves_a_foreign_object_alone_and_recreates_on_an_immut
     assert_eq!(writes.ensure_guarded(&api, &desired2, FM, &recreating).await?.outcome, Outcome::Unchanged);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_new_object_is_created_without_a_read_and_never_over_an_object_that_exists() -> anyhow::Result<()> {
+    let dc = cluster().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(dc.client());
+    let writes = WriteCounter::new();
+    let is_ours = |m: &ObjectMeta| m.labels.as_ref().and_then(|l| l.get("owner")).map(String::as_str) == Some("us");
+    let guard = Guard { is_ours: &is_ours, recreate: &|_| false };
+    let desired = config_map(&[("mode", "preview")], &[("owner", "us")]);
+    // Absent: created at once, and what is written then holds.
+    let applied = writes.ensure_cached(&api, &desired, FM, &guard, opkit::apply::Hint::New).await?;
+    assert_eq!(applied.outcome, Outcome::Created);
+    assert_eq!(api.get("owned").await?.data, desired.data);
+    assert_eq!(writes.ensure_guarded(&api, &desired, FM, &guard).await?.outcome, Outcome::Unchanged);
+    // A wrong "new" (someone else's object is there): the create fails, the object is read on
+    // the next attempt, and the guard leaves it alone.
+    api.delete("owned", &Default::default()).await?;
+    api.create(&Default::default(), &config_map(&[("theirs", "yes")], &[("owner", "someone-else")])).await?;
+    let err = writes.ensure_cached(&api, &desired, FM, &guard, opkit::apply::Hint::New).await.expect_err("foreign");
+    assert!(matches!(&err, opkit::Error::NotOwned { .. }), "{err}");
+    assert_eq!(api.get("owned").await?.data, Some(labels(&[("theirs", "yes")])), "left untouched");
+    Ok(())
+}
