@@ -208,6 +208,9 @@ struct Stamp {
     /// with these unchanged is a status update, which leaves what the operator owns alone.
     generation: Option<i64>,
     meta_digest: u64,
+    /// [`content_digest`] of the object, when known: a cache that holds the whole object (its
+    /// status trimmed) tells a status-only update from a change by it.
+    content: Option<u64>,
 }
 
 /// Kinds whose `metadata.generation` moves on every change but to metadata and status (their
@@ -219,13 +222,16 @@ impl Stamp {
     /// Whether `other` (the same object later, or in a cache) still holds what this stamp
     /// verified: the same UID and resourceVersion, or for a kind of [`TRACKS_GENERATION`] the
     /// same generation and compared metadata.
+    /// Or, when both know the content (a cache of whole objects), the same content and
+    /// compared metadata: only the status moved.
     fn still_holds(&self, other: &Stamp, kind: &str) -> bool {
         self.uid == other.uid
             && (self.resource_version == other.resource_version
                 || (TRACKS_GENERATION.contains(&kind)
                     && self.generation.is_some()
                     && self.generation == other.generation
-                    && self.meta_digest == other.meta_digest))
+                    && self.meta_digest == other.meta_digest)
+                || (self.content.is_some() && self.content == other.content && self.meta_digest == other.meta_digest))
     }
 }
 
@@ -280,6 +286,10 @@ pub enum Hint<'a> {
     /// Its metadata as a watch cache holds it: when it is the version verified before, nothing
     /// is sent; otherwise the live object is read.
     Cached(&'a kube::api::ObjectMeta),
+    /// The whole object as a watch cache holds it (its status may be trimmed): its metadata and
+    /// [`content_digest`]. Besides what [`Hint::Cached`] allows, a version whose content and
+    /// compared metadata are those verified (only its status moved) needs no request either.
+    Whole(&'a kube::api::ObjectMeta, u64),
     /// It cannot exist: its namespace was created by this very pass, so no one else has had
     /// the chance to make an object there (a watch cache's "not there" is no such proof: it may
     /// lag). It is created without a read first; should one exist after all, the write fails
@@ -348,9 +358,10 @@ pub async fn ensure_cached<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
-    let cached = match hint {
-        Hint::Cached(meta) => Some(meta),
-        _ => None,
+    let (cached, content) = match hint {
+        Hint::Cached(meta) => (Some(meta), None),
+        Hint::Whole(meta, content) => (Some(meta), Some(content)),
+        _ => (None, None),
     };
     let body = apply_body(desired)?;
     let name = desired
@@ -370,7 +381,7 @@ where
     let digest = digest_of(&body);
     if let Some(meta) = cached
         && (guard.is_ours)(meta)
-        && let Some(stamp) = stamp_of(meta, digest)
+        && let Some(stamp) = stamp_of(meta, digest).map(|s| Stamp { content, ..s })
         && verified.get(&key).is_some_and(|v| v.digest == digest && v.still_holds(&stamp, &kind))
     {
         tracing::trace!(object = %what, "the cached object is the one verified: no request");
@@ -486,21 +497,28 @@ where
             let object: DynamicObject = serde_json::from_value(body.clone())
                 .map_err(|source| Error::Json { action: format!("building {what}"), source })?;
             let params = PostParams { dry_run: false, field_manager: Some(field_manager.to_string()) };
-            dynamic.create(&params, &object).await.map_err(|e| Error::kube(format!("create {what}"), e))?.metadata
+            let created =
+                dynamic.create(&params, &object).await.map_err(|e| Error::kube(format!("create {what}"), e))?;
+            serde_json::to_value(&created)
         } else {
             let params = PatchParams::apply(field_manager).force();
             let created = api
                 .patch(name, &params, &Patch::Apply(body))
                 .await
                 .map_err(|e| Error::kube(format!("apply {what}"), e))?;
-            created.meta().clone()
-        };
-        if let Some(stamp) = stamp_of(&created, digest) {
+            serde_json::to_value(&created)
+        }
+        .map_err(|source| Error::Json { action: format!("serializing the created {what}"), source })?;
+        let stamp = stamp_with_content(&created, digest);
+        let uid = stamp.as_ref().map(|s| s.uid.clone());
+        if let Some(stamp) = stamp {
             verified.set(key, stamp);
         }
-        return Ok(Applied { recreated, ..applied(Outcome::Created, None, None, created.uid.as_ref()) });
+        return Ok(Applied { recreated, ..applied(Outcome::Created, None, None, uid.as_ref()) });
     };
-    let Some(live_stamp) = stamp_of(&live.metadata, digest) else {
+    let live_json = serde_json::to_value(&live)
+        .map_err(|source| Error::Json { action: format!("serializing live {what}"), source })?;
+    let Some(live_stamp) = stamp_with_content(&live_json, digest) else {
         return Err(Error::invalid("live object", format!("{what} has no uid or resourceVersion")));
     };
     let prior = verified.get(&key);
@@ -512,8 +530,6 @@ where
         }
         return Ok(applied(Outcome::Unchanged, None, None, Some(&live_stamp.uid)));
     }
-    let live_json = serde_json::to_value(&live)
-        .map_err(|source| Error::Json { action: format!("serializing live {what}"), source })?;
     let replacement = replacement(body, &live_json, owns_all_annotations(api_version, kind));
     let replacement: DynamicObject = serde_json::from_value(replacement)
         .map_err(|source| Error::Json { action: format!("building the replacement of {what}"), source })?;
@@ -549,10 +565,14 @@ where
     let params = PostParams { dry_run: false, field_manager: Some(field_manager.to_string()) };
     let written =
         dynamic.replace(name, &params, &replacement).await.map_err(|e| Error::kube(format!("update {what}"), e))?;
-    if let Some(stamp) = stamp_of(&written.metadata, digest) {
+    let written = serde_json::to_value(&written)
+        .map_err(|source| Error::Json { action: format!("serializing the written {what}"), source })?;
+    let stamp = stamp_with_content(&written, digest);
+    let uid = stamp.as_ref().map(|s| s.uid.clone());
+    if let Some(stamp) = stamp {
         verified.set(key, stamp);
     }
-    Ok(applied(outcome, Some(detail), changed_by, written.metadata.uid.as_ref()))
+    Ok(applied(outcome, Some(detail), changed_by, uid.as_ref()))
 }
 
 fn stamp_of(meta: &kube::api::ObjectMeta, digest: u64) -> Option<Stamp> {
@@ -567,7 +587,50 @@ fn stamp_of(meta: &kube::api::ObjectMeta, digest: u64) -> Option<Stamp> {
         digest,
         generation: meta.generation,
         meta_digest: h.finish(),
+        content: None,
     })
+}
+
+/// A digest of an object's content as JSON: everything but `metadata` and `status`, keys in
+/// sorted order (the same object typed or dynamic, in whatever key order, digests the same).
+/// Stable within a process. A watch cache of whole objects passes it with [`Hint::Whole`].
+pub fn content_digest(object: &Value) -> u64 {
+    fn feed(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                '{'.hash(h);
+                for k in keys {
+                    k.hash(h);
+                    feed(&m[k], h);
+                }
+                '}'.hash(h);
+            }
+            Value::Array(a) => {
+                '['.hash(h);
+                a.iter().for_each(|x| feed(x, h));
+                ']'.hash(h);
+            }
+            other => other.to_string().hash(h),
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    if let Value::Object(m) = object {
+        let mut keys: Vec<&String> = m.keys().filter(|k| *k != "metadata" && *k != "status").collect();
+        keys.sort();
+        for k in keys {
+            k.hash(&mut h);
+            feed(&m[k], &mut h);
+        }
+    }
+    h.finish()
+}
+
+/// The stamp of a live object read, written or created, with its content.
+fn stamp_with_content(object: &Value, digest: u64) -> Option<Stamp> {
+    let meta: kube::api::ObjectMeta = serde_json::from_value(object.get("metadata")?.clone()).ok()?;
+    Some(Stamp { content: Some(content_digest(object)), ..stamp_of(&meta, digest)? })
 }
 
 /// A digest of the desired object, stable within a process.
@@ -1039,6 +1102,48 @@ fn index(o: Outcome) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_content_digest_ignores_key_order_metadata_and_status_only() {
+        let typed = k8s_openapi::api::core::v1::ResourceQuota {
+            metadata: kube::api::ObjectMeta {
+                name: Some("q".into()),
+                resource_version: Some("1".into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::ResourceQuotaSpec {
+                hard: Some(
+                    [("pods".to_string(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("3".into()))].into(),
+                ),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let dynamic = json!({"status": {"used": {"pods": "2"}}, "spec": {"hard": {"pods": "3"}}, "kind": "ResourceQuota",
+            "metadata": {"name": "q", "resourceVersion": "9"}, "apiVersion": "v1"});
+        let typed = serde_json::to_value(&typed).expect("json");
+        assert_eq!(content_digest(&typed), content_digest(&dynamic));
+        let edited = json!({"apiVersion": "v1", "kind": "ResourceQuota", "spec": {"hard": {"pods": "30"}}});
+        assert_ne!(content_digest(&edited), content_digest(&dynamic));
+        // A verified content stays verified across status-only versions, and no further.
+        let stamp = |rv: &str, content: u64| Stamp {
+            content: Some(content),
+            ..stamp_of(
+                &kube::api::ObjectMeta {
+                    uid: Some("u".into()),
+                    resource_version: Some(rv.into()),
+                    ..Default::default()
+                },
+                1,
+            )
+            .expect("a stamp")
+        };
+        let verified = stamp("1", content_digest(&typed));
+        assert!(verified.still_holds(&stamp("9", content_digest(&dynamic)), "ResourceQuota"));
+        assert!(!verified.still_holds(&stamp("10", content_digest(&edited)), "ResourceQuota"));
+        let unknown = Stamp { content: None, ..stamp("11", 0) };
+        assert!(!verified.still_holds(&unknown, "ResourceQuota"), "no content, no shortcut");
+    }
 
     #[test]
     fn a_verified_workload_stays_verified_across_status_updates_only() {

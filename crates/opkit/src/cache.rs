@@ -62,6 +62,75 @@ where
         .touched_objects()
 }
 
+/// [`objects`], for a kind whose status the reconcile does not read: each object's status is
+/// dropped before it fills `writer`, and the stream yields an object only when what an operator
+/// owns of it changed (its content, labels, annotations, owner references, finalizers, deletion:
+/// [`significant_digest`]), when it is new, or when it goes. A status update (a ResourceQuota's
+/// usage, moved by every pod) fills the cache and triggers no reconcile; the cached content
+/// lets the compare-then-write see it needs no request either
+/// ([`Hint::Whole`](crate::apply::Hint::Whole)).
+pub fn objects_without_status<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    clear_status: fn(&mut K),
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + Debug + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    type Key = (Option<String>, String);
+    let key = |o: &K| (o.meta().namespace.clone(), o.meta().name.clone().unwrap_or_default());
+    let mut last: std::collections::HashMap<Key, u64> = Default::default();
+    let mut listed: std::collections::HashSet<Key> = Default::default();
+    watcher(api, config)
+        .default_backoff()
+        .modify(move |o| {
+            o.managed_fields_mut().clear();
+            clear_status(o);
+        })
+        .reflect(writer)
+        .filter_map(move |event| {
+            let out = match event {
+                Ok(watcher::Event::Init) => {
+                    listed.clear();
+                    None
+                }
+                Ok(watcher::Event::InitApply(o)) | Ok(watcher::Event::Apply(o)) => {
+                    let k = key(&o);
+                    listed.insert(k.clone());
+                    let digest = significant_digest(&o);
+                    (last.insert(k, digest) != Some(digest)).then_some(Ok(o))
+                }
+                Ok(watcher::Event::InitDone) => {
+                    // Objects gone while the watch was down: forget them.
+                    last.retain(|k, _| listed.contains(k));
+                    listed.clear();
+                    None
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    last.remove(&key(&o));
+                    Some(Ok(o))
+                }
+                Err(e) => Some(Err(e)),
+            };
+            futures::future::ready(out)
+        })
+}
+
+/// What an operator owns of an object, as one digest: its content
+/// ([`content_digest`](crate::apply::content_digest)), labels, annotations, owner references,
+/// finalizers and whether it is being deleted.
+pub fn significant_digest<K: Resource + serde::Serialize>(o: &K) -> u64 {
+    use std::hash::Hasher;
+    let m = o.meta();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    crate::apply::content_digest(&serde_json::to_value(o).unwrap_or_default()).hash(&mut h);
+    (&m.labels, &m.annotations, &m.finalizers, m.deletion_timestamp.is_some()).hash(&mut h);
+    serde_json::to_string(&m.owner_references).unwrap_or_default().hash(&mut h);
+    h.finish()
+}
+
 /// Drop from a pod what an operator's status never reads from it, for a pod cache: its spec,
 /// owner references and generated name, and of its status all but the phase, the conditions and
 /// the container states (name, image, imageID, ready, restart count, state, last state), of its

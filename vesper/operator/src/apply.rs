@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ObjectMeta};
+use opkit::apply::Hint;
 use vesper_api::PreviewEnvironment;
 
 /// Write what differs of `desired`: the namespace (whose live metadata, `None` when absent, the
@@ -40,7 +41,13 @@ pub async fn apply(
     let new = made.outcome == opkit::apply::Outcome::Created;
     let (c, at) = (&ctx.caches, Some(ns.as_str()));
     // Before any pod: a failure here leaves the Deployment unwritten.
-    owned(ctx, pe, &ns, &quota, new, Caches::meta(&c.quotas, at, crate::quota::QUOTA_NAME)).await?;
+    let quota_hint = c.quota_hint(&ns);
+    let hint = match &quota_hint {
+        _ if new => Hint::New,
+        Some((meta, content)) => Hint::Whole(meta, *content),
+        None => Hint::Unknown,
+    };
+    ensure_owned(ctx, pe, &ns, &quota, hint).await?;
     owned(ctx, pe, &ns, &limits, new, Caches::meta(&c.limits, at, crate::quota::LIMIT_RANGE_NAME)).await?;
     owned(ctx, pe, &ns, &network_policy, new, Caches::meta(&c.policies, at, crate::networkpolicy::NAME)).await?;
     // The workload and its routes.
@@ -76,10 +83,24 @@ async fn owned<K>(
 where
     K: opkit::apply::NamespacedObject,
 {
+    let hint = if new { Hint::New } else { cached.as_ref().into() };
+    ensure_owned(ctx, pe, namespace, desired, hint).await
+}
+
+/// [`owned`] with the hint made.
+async fn ensure_owned<K>(
+    ctx: &Context,
+    pe: &PreviewEnvironment,
+    namespace: &str,
+    desired: &K,
+    hint: Hint<'_>,
+) -> Result<()>
+where
+    K: opkit::apply::NamespacedObject,
+{
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
     let is_ours = |meta: &ObjectMeta| crate::meta::is_ours(meta, pe);
     let guard = opkit::apply::Guard { is_ours: &is_ours, recreate: &|_| false };
-    let hint = if new { opkit::apply::Hint::New } else { cached.as_ref().into() };
     match ctx.kit.ensure(pe, &api, desired, &guard, hint).await {
         Ok(_) => Ok(()),
         Err(opkit::Error::NotOwned { .. }) => Err(Error::Conflict {

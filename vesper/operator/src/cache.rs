@@ -4,7 +4,9 @@
 //! `app.kubernetes.io/managed-by=vesper`, and the watch both triggers the preview's reconcile and
 //! fills a store (a reflector):
 //!
-//! - metadata only (`PartialObjectMeta`) for the namespace, the quota, the limit range, the
+//! - the quota whole but for its status (which the quota controller moves with every pod: such
+//!   an update triggers nothing and costs no read);
+//! - metadata only (`PartialObjectMeta`) for the namespace, the limit range, the
 //!   network policy, the Service and the Ingress: the reconcile compares their content with a
 //!   read of its own, and only when the cached metadata says the object changed since it was last
 //!   verified (opkit's [`Cached`](opkit::apply::Cached) hint);
@@ -38,7 +40,7 @@ use std::fmt::Debug;
 #[derive(Clone)]
 pub struct Caches {
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
-    pub quotas: Store<PartialObjectMeta<ResourceQuota>>,
+    pub quotas: Store<ResourceQuota>,
     pub limits: Store<PartialObjectMeta<LimitRange>>,
     pub policies: Store<PartialObjectMeta<NetworkPolicy>>,
     pub services: Store<PartialObjectMeta<Service>>,
@@ -50,7 +52,7 @@ pub struct Caches {
 /// The writing halves of [`Caches`], consumed by the watches of `controller::run`.
 pub struct Writers {
     pub namespaces: Writer<PartialObjectMeta<Namespace>>,
-    pub quotas: Writer<PartialObjectMeta<ResourceQuota>>,
+    pub quotas: Writer<ResourceQuota>,
     pub limits: Writer<PartialObjectMeta<LimitRange>>,
     pub policies: Writer<PartialObjectMeta<NetworkPolicy>>,
     pub services: Writer<PartialObjectMeta<Service>>,
@@ -111,6 +113,14 @@ impl Caches {
         opkit::cache::meta_of(store, namespace, name)
     }
 
+    /// The compare-then-write's hint for the preview's ResourceQuota in `namespace`: the whole
+    /// cached object (its status is not cached), so a quota whose usage moved needs no read.
+    pub fn quota_hint(&self, namespace: &str) -> Option<(kube::api::ObjectMeta, u64)> {
+        let q = self.quotas.get(&ObjectRef::new(crate::quota::QUOTA_NAME).within(namespace))?;
+        let json = serde_json::to_value(&*q).ok()?;
+        Some((q.metadata.clone(), opkit::apply::content_digest(&json)))
+    }
+
     /// The Deployment `name` in `namespace`, when cached.
     pub fn deployment(&self, namespace: &str, name: &str) -> Option<Deployment> {
         self.deployments.get(&ObjectRef::new(name).within(namespace)).map(|d| (*d).clone())
@@ -132,6 +142,16 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     opkit::cache::metadata(Api::all(client.clone()), ours(), writer)
+}
+
+/// A watch of the ResourceQuotas that fills `writer`, without their status: the quota
+/// controller updates a quota's usage with every pod, and that neither triggers a reconcile nor
+/// costs the next one a read (opkit::cache::objects_without_status).
+pub fn quotas(
+    client: &Client,
+    writer: Writer<ResourceQuota>,
+) -> impl futures::Stream<Item = Result<ResourceQuota, watcher::Error>> + Send + 'static {
+    opkit::cache::objects_without_status(Api::all(client.clone()), ours(), writer, |q| q.status = None)
 }
 
 /// A watch of the Deployments that fills `writer`, keeping what the status reads (their

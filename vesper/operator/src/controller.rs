@@ -24,7 +24,7 @@ use crate::cache;
 use crate::error::{Error, Result};
 use crate::status;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, Service};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::{Action, Controller};
@@ -199,7 +199,7 @@ pub async fn run(
     Controller::for_stream(preview_stream, previews)
         .with_config(limits)
         .watches_stream(cache::metadata::<Namespace>(&client, w.namespaces), |o| owner(&o))
-        .watches_stream(cache::metadata::<ResourceQuota>(&client, w.quotas), |o| owner(&o))
+        .watches_stream(cache::quotas(&client, w.quotas), |o| owner(&o))
         .watches_stream(cache::metadata::<LimitRange>(&client, w.limits), |o| owner(&o))
         .watches_stream(cache::metadata::<NetworkPolicy>(&client, w.policies), |o| owner(&o))
         .watches_stream(cache::deployments(&client, w.deployments), |o| owner(&o))
