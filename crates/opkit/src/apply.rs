@@ -199,18 +199,18 @@ pub struct ObjectKey {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Stamp {
-    uid: String,
-    resource_version: String,
-    digest: u64,
+pub(crate) struct Stamp {
+    pub(crate) uid: String,
+    pub(crate) resource_version: String,
+    pub(crate) digest: u64,
     /// `metadata.generation`, and a digest of the compared metadata (labels, annotations, owner
     /// references, finalizers): for the kinds of [`TRACKS_GENERATION`], a new resourceVersion
     /// with these unchanged is a status update, which leaves what the operator owns alone.
-    generation: Option<i64>,
-    meta_digest: u64,
+    pub(crate) generation: Option<i64>,
+    pub(crate) meta_digest: u64,
     /// [`content_digest`] of the object, when known: a cache that holds the whole object (its
     /// status trimmed) tells a status-only update from a change by it.
-    content: Option<u64>,
+    pub(crate) content: Option<u64>,
 }
 
 /// Kinds whose `metadata.generation` moves on every change but to metadata and status (their
@@ -242,6 +242,28 @@ impl Verified {
 
     fn set(&self, key: ObjectKey, stamp: Stamp) {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, stamp);
+    }
+
+    /// Every remembered object and its stamp, sorted by object (for [`crate::checkpoint`]).
+    pub(crate) fn entries(&self) -> Vec<(ObjectKey, Stamp)> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<(ObjectKey, Stamp)> = map.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
+        drop(map);
+        all.sort_by(|a, b| (&a.0.kind, &a.0.namespace, &a.0.name).cmp(&(&b.0.kind, &b.0.namespace, &b.0.name)));
+        all
+    }
+
+    /// Remember `stamp` for `key` unless a stamp is remembered already (what this process
+    /// verified itself is at least as new). Whether it was taken.
+    pub(crate) fn insert_missing(&self, key: ObjectKey, stamp: Stamp) -> bool {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        match map.entry(key) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(stamp);
+                true
+            }
+        }
     }
 
     /// Whether `meta` (a cached or freshly read object) is the version of `key` this process

@@ -12,6 +12,7 @@
 //! - [`cache`]: watch caches of owned objects (reflector stores, metadata-only where the content
 //!   is not read), the hints of the compare-then-write;
 //! - [`apply`]: compare-then-write of owned objects with server-side apply;
+//! - [`checkpoint`]: what a process verified, carried over to the next one across a restart;
 //! - [`process`]: signals, health, leader election and shutdown of an operator process, and
 //!   the API client's timeouts;
 //! - [`reconcile`]: the wrapper around every reconcile (span, time limit, metrics, back-off) and
@@ -25,6 +26,7 @@
 
 pub mod apply;
 pub mod cache;
+pub mod checkpoint;
 pub mod client;
 pub mod clock;
 pub mod conditions;

@@ -253,6 +253,7 @@ async fn main() {
     let (s2, last) = until_idle(&op).await;
     let settled = last.duration_since(t);
     let (rss2, peak2) = op.memory().mib();
+    let heap = |s: &Scrape| s.sum("process_heap_in_use_bytes", &[]) / (1024.0 * 1024.0);
     let store_writes = env.dc.cluster().store.current_rv() - rv0;
     let ok = sum(&s2, "varroa_reconciles_total", &["result=\"ok\""]);
     let failed = sum(&s2, "varroa_reconciles_total", &["result=\"error\""]);
@@ -295,7 +296,7 @@ async fn main() {
     ));
     rows.push((
         format!("operator RSS with {N} Running Controllers (peak); idle before"),
-        format!("{rss1:.1} MiB ({peak1:.1} MiB); {idle:.1} MiB"),
+        format!("{rss1:.1} MiB ({peak1:.1} MiB); {idle:.1} MiB; heap in use {:.1} MiB", heap(&s1)),
         "-".into(),
     ));
     rows.push(("SIGTERM to exit".into(), secs(stop), "-".into()));
@@ -349,8 +350,8 @@ async fn main() {
     ));
     rows.push(("restart: store writes, cluster-wide".into(), store_writes.to_string(), "-".into()));
     rows.push((
-        format!("operator RSS after reconciling {N} (peak)"),
-        format!("{rss2:.1} MiB ({peak2:.1} MiB)"),
+        format!("operator RSS after reconciling {N} (peak); heap in use"),
+        format!("{rss2:.1} MiB ({peak2:.1} MiB); heap in use {:.1} MiB", heap(&s2)),
         "-".into(),
     ));
 

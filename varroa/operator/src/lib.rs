@@ -41,6 +41,10 @@ pub use config::Config;
 
 use std::sync::Arc;
 
+/// The ConfigMap (in the operator's namespace, the Lease's) that carries what one process
+/// verified over to the next (opkit::checkpoint).
+pub const CHECKPOINT: &str = "varroa-operator-verified";
+
 /// Runs the operator until `shutdown` resolves (the library entry point of the binary and the
 /// tests).
 pub async fn run(
@@ -57,6 +61,15 @@ pub async fn run(
             "cannot list Controllers ({e}): install the CRDs first (kubectl apply -f deploy/varroa/crds.yaml) and check the operator's RBAC"
         );
     }
-    controller::run(client, config, metrics, mites, activity, shutdown).await;
+    // What the last process verified, so that a restart does not verify every object again.
+    let checkpoint = opkit::checkpoint::Checkpoint::new(
+        client.clone(),
+        &config.leader_election_namespace,
+        CHECKPOINT,
+        context::MANAGER,
+    );
+    let verified = metrics.writes.verified().clone();
+    let controller = controller::run(client, config, metrics, mites, activity, shutdown);
+    opkit::checkpoint::around(&checkpoint, &verified, controller).await;
     Ok(())
 }

@@ -215,7 +215,7 @@ async fn the_operator_has_only_what_it_needs_and_still_provisions_a_controller()
             &kubectl,
             "a Varroa ConfigMap in kube-system",
             &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:{m}\n"),
-            "only Events and its Lease",
+            "only Events, its Lease and its checkpoint",
         )
         .await;
         let sts = |sa: &str, secret: &str| {
@@ -277,6 +277,23 @@ spec:
         let out = kubectl.run(&["auth", "can-i", "create", "pods", "-n", "default", &as_jenkins]).await;
         assert!(!out.success(), "the agents' rights are confined to the Controller's namespace");
     }
+    // Stopped, the operator wrote its checkpoint (varroa_operator::CHECKPOINT) in varroa-system:
+    // the only ConfigMaps there the policy lets it write.
+    env.stop_operator().await;
+    let format = kubectl
+        .ok(&["get", "configmap", "varroa-operator-verified", "-n", "varroa-system", "-o", "jsonpath={.data.format}"])
+        .await;
+    assert_eq!(format.stdout, "1");
+    let checkpoint_part =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: varroa-operator-verified-3, namespace: varroa-system}\n";
+    assert_eq!(create_as_operator(&kubectl, checkpoint_part).await, None, "a part of the checkpoint is refused");
+    denied(
+        &kubectl,
+        "another ConfigMap in varroa-system",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: varroa-system}\n",
+        "only Events, its Lease and its checkpoint",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

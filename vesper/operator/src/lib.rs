@@ -50,6 +50,10 @@ pub use opkit::clock;
 
 use std::sync::Arc;
 
+/// The ConfigMap (in the operator's namespace, the Lease's) that carries what one process
+/// verified over to the next (opkit::checkpoint).
+pub const CHECKPOINT: &str = "vesper-operator-verified";
+
 /// Run the operator's controller with a client until `shutdown` resolves (the library entry
 /// point the binary and the tests use). Metrics are recorded into `metrics`.
 pub async fn run(
@@ -79,8 +83,16 @@ pub async fn run_with_clock(
     let (hosts, changes) = hostaddresses::HostAddresses::start(client.clone())
         .await
         .map_err(|e| anyhow::anyhow!("reading the cluster's node and API server addresses: {e}"))?;
+    // What the last process verified, so that a restart does not verify every object again.
+    let checkpoint = opkit::checkpoint::Checkpoint::new(
+        client.clone(),
+        &config.leader_election_namespace,
+        CHECKPOINT,
+        context::MANAGER,
+    );
+    let verified = metrics.writes.verified().clone();
     let (caches, writers) = cache::Caches::new();
     let ctx = Arc::new(context::Context::new(client, config, hosts, metrics, clock, caches));
-    controller::run(ctx, writers, changes, shutdown).await;
+    opkit::checkpoint::around(&checkpoint, &verified, controller::run(ctx, writers, changes, shutdown)).await;
     Ok(())
 }

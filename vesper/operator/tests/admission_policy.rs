@@ -173,6 +173,20 @@ async fn the_admission_policy_confines_the_operator_which_still_serves_previews(
     env.previews().delete("shop", &Default::default()).await.expect("delete the preview");
     env.wait_pe_gone("shop").await;
     env.stop_operator().await;
+    // Stopped, the operator wrote its checkpoint in its own namespace (vesper_operator::CHECKPOINT),
+    // the one ConfigMap name there the policy lets it write.
+    let stamps = k
+        .ok(&["get", "configmap", "vesper-operator-verified", "-n", "vesper-system", "-o", "jsonpath={.data.format}"])
+        .await;
+    assert_eq!(stamps.stdout, "1");
+    allowed(&k, &["create", "configmap", "vesper-operator-verified-7", "-n", "vesper-system", "--dry-run=server"])
+        .await;
+    denied(
+        &k,
+        &["create", "configmap", "other", "-n", "vesper-system", "--dry-run=server"],
+        &format!("the Vesper operator may not CREATE configmaps in namespace vesper-system: {outside}"),
+    )
+    .await;
 }
 
 /// The chart renders deploy/vesper/admission-policy.yaml for the release's ServiceAccount and

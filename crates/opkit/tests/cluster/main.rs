@@ -2,6 +2,7 @@
 //! opkit module; every test starts its own cluster.
 
 mod apply;
+mod checkpoint;
 mod events;
 mod health;
 mod leader;
