@@ -62,13 +62,8 @@ pub async fn run(
         );
     }
     // What the last process verified, so that a restart does not verify every object again.
-    let checkpoint = opkit::checkpoint::Checkpoint::new(
-        client.clone(),
-        &config.leader_election_namespace,
-        CHECKPOINT,
-        context::MANAGER,
-    );
-    let verified = metrics.writes.verified().clone();
+    let (namespace, verified) = (config.leader_election_namespace.clone(), metrics.writes.verified().clone());
+    let checkpoint = opkit::checkpoint::Checkpoint::new(client.clone(), &namespace, CHECKPOINT, context::MANAGER);
     let controller = controller::run(client, config, metrics, mites, activity, shutdown);
     opkit::checkpoint::around(&checkpoint, &verified, controller).await;
     Ok(())

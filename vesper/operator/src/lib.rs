@@ -84,13 +84,8 @@ pub async fn run_with_clock(
         .await
         .map_err(|e| anyhow::anyhow!("reading the cluster's node and API server addresses: {e}"))?;
     // What the last process verified, so that a restart does not verify every object again.
-    let checkpoint = opkit::checkpoint::Checkpoint::new(
-        client.clone(),
-        &config.leader_election_namespace,
-        CHECKPOINT,
-        context::MANAGER,
-    );
-    let verified = metrics.writes.verified().clone();
+    let (namespace, verified) = (config.leader_election_namespace.clone(), metrics.writes.verified().clone());
+    let checkpoint = opkit::checkpoint::Checkpoint::new(client.clone(), &namespace, CHECKPOINT, context::MANAGER);
     let (caches, writers) = cache::Caches::new();
     let ctx = Arc::new(context::Context::new(client, config, hosts, metrics, clock, caches));
     opkit::checkpoint::around(&checkpoint, &verified, controller::run(ctx, writers, changes, shutdown)).await;
