@@ -17,6 +17,10 @@
 //!   timed, within its limit, its result counted, its backoff reset on success, its failure
 //!   logged once (`reconcile failed`, target `opkit::reconcile`, with `kind`, `object` and
 //!   `error`).
+//! - After a burst of reconciles (a restart's reconcile-all, a rotation that touches every
+//!   object), once none is left running, the memory the burst freed is given back to the system
+//!   ([`crate::process::release_freed_memory`]): glibc keeps it mapped otherwise, and a restarted
+//!   operator would stay at the size of its start-up lists.
 
 use crate::apply::{Applied, Guard, Hint, Outcome, WriteCounter};
 use crate::clock::Clock;
@@ -40,6 +44,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::fmt::Display;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use std::time::Instant;
@@ -298,6 +303,7 @@ impl Pass<'_> {
         reconcile: impl Future<Output = Result<T, E>>,
     ) -> Result<T, ReconcileError<E>> {
         let span = tracing::info_span!("reconcile", kind = self.kind, object = %self.key);
+        let _burst = Burst::enter();
         let started = Instant::now();
         let result = within(self.limit, reconcile).instrument(span.clone()).await;
         self.metrics.duration.observe(started.elapsed().as_secs_f64());
@@ -313,6 +319,122 @@ impl Pass<'_> {
             }
         }
         result
+    }
+}
+
+/// How many reconciles make a burst worth giving memory back after.
+const BURST: usize = 64;
+/// How long no reconcile may start after a burst before its memory is given back. Giving it back
+/// while reconciles keep coming costs them page faults to map it again: trimming whenever none
+/// ran for an instant made 200 Vesper previews at once 1.3x slower (docs/benchmarks.md).
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// Reconciles started and running, and finished since freed memory was last given back. One per
+/// process ([`BURSTS`]: the allocator is the process's), a value of its own in tests.
+struct Bursts {
+    started: AtomicU64,
+    running: AtomicUsize,
+    finished_since_release: AtomicUsize,
+    /// A release is pending (waiting [`SETTLE`]): at most one at a time.
+    armed: AtomicBool,
+    releases: AtomicUsize,
+}
+
+static BURSTS: Bursts = Bursts::new();
+
+impl Bursts {
+    const fn new() -> Bursts {
+        Bursts {
+            started: AtomicU64::new(0),
+            running: AtomicUsize::new(0),
+            finished_since_release: AtomicUsize::new(0),
+            armed: AtomicBool::new(false),
+            releases: AtomicUsize::new(0),
+        }
+    }
+
+    fn enter(&self) {
+        self.started.fetch_add(1, Ordering::AcqRel);
+        self.running.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One reconcile ended. When it was the last one running of a burst of at least [`BURST`],
+    /// and no release is pending: how many had started, for [`Bursts::settle`] after [`SETTLE`].
+    fn leave(&self) -> Option<u64> {
+        let running = self.running.fetch_sub(1, Ordering::AcqRel) - 1;
+        let finished = self.finished_since_release.fetch_add(1, Ordering::AcqRel) + 1;
+        (running == 0 && finished >= BURST && !self.armed.swap(true, Ordering::AcqRel))
+            .then(|| self.started.load(Ordering::Acquire))
+    }
+
+    /// After [`SETTLE`] from [`Bursts::leave`] (or from the last `settle`) with how many had
+    /// started then: release now when none started since; wait again when some did and none
+    /// runs now; otherwise none (the last one running arms a release again when it ends).
+    fn settle(&self, started: u64) -> Settle {
+        self.armed.store(false, Ordering::Release);
+        let now = self.started.load(Ordering::Acquire);
+        if self.running.load(Ordering::Acquire) != 0 {
+            return Settle::Busy;
+        }
+        if self.armed.swap(true, Ordering::AcqRel) {
+            // A reconcile that ended meanwhile armed its own release.
+            return Settle::Busy;
+        }
+        if now != started {
+            return Settle::Wait(now);
+        }
+        self.armed.store(false, Ordering::Release);
+        self.finished_since_release.store(0, Ordering::Release);
+        self.releases.fetch_add(1, Ordering::Relaxed);
+        Settle::Release
+    }
+}
+
+/// What [`Bursts::settle`] decided.
+#[derive(Debug, PartialEq, Eq)]
+enum Settle {
+    /// Give memory back now.
+    Release,
+    /// Reconciles started meanwhile and all ended: wait [`SETTLE`] again, with this count.
+    Wait(u64),
+    /// Reconciles run (or another release is pending): nothing to do here.
+    Busy,
+}
+
+/// One running reconcile, counted in [`BURSTS`] until dropped (also when the reconcile is
+/// cancelled). The last one of a burst to finish gives the freed memory back once no reconcile
+/// started for [`SETTLE`], off the runtime's worker threads.
+struct Burst;
+
+impl Burst {
+    fn enter() -> Burst {
+        BURSTS.enter();
+        Burst
+    }
+}
+
+impl Drop for Burst {
+    fn drop(&mut self) {
+        let Some(started) = BURSTS.leave() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    let mut started = started;
+                    loop {
+                        tokio::time::sleep(SETTLE).await;
+                        match BURSTS.settle(started) {
+                            Settle::Release => {
+                                let _ = tokio::task::spawn_blocking(crate::process::release_freed_memory).await;
+                                return;
+                            }
+                            Settle::Wait(now) => started = now,
+                            Settle::Busy => return,
+                        }
+                    }
+                });
+            }
+            Err(_) => BURSTS.armed.store(false, Ordering::Release),
+        }
     }
 }
 
@@ -447,6 +569,40 @@ mod tests {
         let e = failed.unwrap_err();
         assert_eq!((e.metric_label(|_| "io"), e.to_string()), ("io", "boom".to_string()));
         assert!(within(Duration::from_secs(1), async { Ok::<_, std::io::Error>(7) }).await.is_ok_and(|v| v == 7));
+    }
+
+    #[test]
+    fn memory_is_given_back_once_reconciles_stop_after_a_burst() {
+        let b = Bursts::new();
+        let releases = || b.releases.load(Ordering::Relaxed);
+        // Fewer than a burst, one after the other: nothing to give back.
+        for _ in 0..BURST - 1 {
+            b.enter();
+            assert_eq!(b.leave(), None);
+        }
+        // The burst is complete, but one reconcile still runs: not yet.
+        b.enter();
+        b.enter();
+        assert_eq!(b.leave(), None, "a reconcile still runs");
+        let started = b.leave().expect("the last one of the burst arms a release");
+        assert_eq!(started, BURST as u64 + 1);
+        // Armed once: another burst end while it waits arms nothing more.
+        b.enter();
+        assert_eq!(b.leave(), None, "a release is already pending");
+        // A reconcile started and ended while it waited: wait again, with the new count.
+        let again = b.settle(started);
+        assert_eq!(again, Settle::Wait(started + 1));
+        // One starts and is still running at the next look: nothing pending any more, and the
+        // running one arms a release when it ends.
+        b.enter();
+        assert_eq!(b.settle(started + 1), Settle::Busy);
+        assert_eq!(releases(), 0);
+        let started = b.leave().expect("the last one running arms again");
+        // Nothing starts before it settles: released, and the count starts again.
+        assert_eq!(b.settle(started), Settle::Release);
+        assert_eq!(releases(), 1);
+        b.enter();
+        assert_eq!(b.leave(), None, "a new burst counts from zero");
     }
 
     #[test]

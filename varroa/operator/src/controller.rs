@@ -163,8 +163,9 @@ pub async fn run(
     let seen = ctx.clone();
     // Without their managedFields (nothing reads them; they are much of a Controller's size in
     // the cache).
-    let watch =
-        watcher(controllers, watcher::Config::default()).modify(|c| c.managed_fields_mut().clear()).inspect(move |e| {
+    let watch = watcher(controllers, opkit::cache::paged(watcher::Config::default()))
+        .modify(|c| c.managed_fields_mut().clear())
+        .inspect(move |e| {
             if let Ok(e) = e {
                 seen.observe(e);
             }

@@ -95,7 +95,7 @@ where
 {
     let (reader, writer) = reflector::store::<K>();
     let api: Api<K> = Api::all(client.clone());
-    let stream = reflector(writer, watcher(api, watcher::Config::default()).default_backoff())
+    let stream = reflector(writer, watcher(api, opkit::cache::paged(watcher::Config::default())).default_backoff())
         .touched_objects()
         .filter_map(|r| async move { r.ok() })
         .flat_map(move |obj: K| {

@@ -189,11 +189,12 @@ pub async fn run(
     let (previews, preview_writer) = kube::runtime::reflector::store();
     // The phase gauge counts from this cache.
     ctx.metrics.previews.attach(previews.clone());
-    let preview_stream = watcher(Api::<PreviewEnvironment>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .modify(|pe| pe.managed_fields_mut().clear())
-        .reflect(preview_writer)
-        .applied_objects();
+    let preview_stream =
+        watcher(Api::<PreviewEnvironment>::all(client.clone()), opkit::cache::paged(watcher::Config::default()))
+            .default_backoff()
+            .modify(|pe| pe.managed_fields_mut().clear())
+            .reflect(preview_writer)
+            .applied_objects();
     // What the operator makes for previews: each watch fills a cache (crate::cache) and triggers
     // the preview it belongs to.
     Controller::for_stream(preview_stream, previews)

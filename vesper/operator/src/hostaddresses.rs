@@ -125,8 +125,9 @@ impl HostAddresses {
                 S(watcher::Event<EndpointSlice>),
             }
             // Backoff: an unreachable API server is retried with growing delays, not in a hot loop.
-            let n =
-                watcher(nodes_api, watcher::Config::default()).default_backoff().map(|e| e.map(|e| Ev::N(Box::new(e))));
+            let n = watcher(nodes_api, opkit::cache::paged(watcher::Config::default()))
+                .default_backoff()
+                .map(|e| e.map(|e| Ev::N(Box::new(e))));
             let e = watcher(eps_api, watcher::Config::default().fields("metadata.name=kubernetes"))
                 .default_backoff()
                 .map(|e| e.map(Ev::E));
