@@ -8,18 +8,23 @@ CARGO ?= cargo
 # Tools scripts/ensure-deps.sh installs locally (helm).
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: help deps test lint fmt build demo bench crds protobuf-table
+.PHONY: help deps demo-deps test lint fmt build demo bench crds protobuf-table
 
 help:
 	@echo "make demo   - build and start devcluster with example resources (Ctrl-C stops it)"
 	@echo "make test   - install missing tools, check formatting and lints, run every test"
 	@echo "make bench  - run the benchmarks (results go to docs/benchmarks.md by hand)"
 
-# Tools a fresh machine may lack. Idempotent: each is installed only when absent.
+# Tools a fresh machine may lack. Idempotent: each is installed only when absent, and the script
+# says what it installs before it does. `deps`: everything the tests run; `demo-deps`: only what
+# the demo runs (no test-only tool, no apt-get unless PostgreSQL is missing).
 deps:
-	@scripts/ensure-deps.sh
+	@scripts/ensure-deps.sh test
 
-build: deps
+demo-deps:
+	@scripts/ensure-deps.sh demo
+
+build:
 	$(CARGO) build --workspace --bins
 
 fmt:
@@ -36,7 +41,7 @@ test: deps lint
 bench: deps
 	$(CARGO) bench -p devcluster -p vesper-operator -p varroa-operator -p varroa-recorder
 
-demo: build
+demo: demo-deps build
 	@scripts/demo.sh
 
 # Regenerate the checked-in CRDs from the Rust types (their drift tests fail until you do).

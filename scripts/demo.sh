@@ -89,7 +89,7 @@ echo
 echo "== Installing Vesper: the CRD and the operator's RBAC"
 kubectl apply -f deploy/vesper/crd.yaml
 kubectl wait --for=condition=Established crd/previewenvironments.vesper.eventide.dev --timeout=30s
-kubectl apply -f deploy/vesper/rbac.yaml
+kubectl apply -f deploy/vesper/operator-rbac.yaml
 kubectl create namespace ingress-nginx --dry-run=client -o yaml | kubectl apply -f -
 
 echo
@@ -123,7 +123,7 @@ echo
 echo "== Installing Varroa: its CRDs, the operator's RBAC and a gateway CA (varroa-operator gateway-ca)"
 kubectl apply -f deploy/varroa/crds.yaml >/dev/null
 kubectl wait --for=condition=Established crd -l '' --all --timeout=30s >/dev/null
-kubectl apply -f deploy/varroa/rbac.yaml
+kubectl apply -f deploy/varroa/operator-rbac.yaml
 # The gateway runs outside the cluster here, on loopback, so its certificate also names 127.0.0.1.
 "$BIN"/varroa-operator gateway-ca --gateway-tls-extra-name 127.0.0.1 | kubectl apply -f -
 
@@ -273,7 +273,16 @@ echo "== Activity of team-a's controllers (varroa activity)"
 "$VARROA" activity -n team-a --since 1h | tail -n 8
 
 echo
-echo "The cluster and the operators keep running until Ctrl-C. In another terminal:"
+echo "== Logs of everything the demo started, in $DEMO_DIR:"
+for f in "$DEMO_DIR"/*.log; do echo "   $f"; done
+echo "   (and the console logs of the builds, in $DEMO_DIR/logs)"
+echo
+if [ "${DEMO_EXIT_AFTER_SETUP:-}" = "1" ]; then
+  echo "DEMO_EXIT_AFTER_SETUP=1: stopping everything now. Without it, the demo keeps running until"
+  echo "Ctrl-C, and these work in another terminal:"
+else
+  echo "The cluster and the operators keep running until Ctrl-C. In another terminal:"
+fi
 echo "  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH"
 echo "  vesperctl list                                  # previews, their URLs and expiry"
 echo "  vesperctl describe shop-pr-42                   # conditions, events, the objects it owns"

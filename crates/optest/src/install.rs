@@ -12,9 +12,17 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Every document of the manifest files of `dir` is an object with apiVersion, kind and name;
-/// an object defined twice (across files) is a Namespace.
+/// an object defined twice (across files) is a Namespace. And `kubectl apply -f <dir>/`, which
+/// applies the files in name order and each file's documents in order, creates everything
+/// before what needs it: the Namespace of every namespaced object, and the ServiceAccount of
+/// every Deployment and StatefulSet with the (Cluster)RoleBindings that grant it, so that no pod
+/// starts without its identity or rights.
 pub fn check_documents(dir: &str) {
     let mut names = BTreeSet::new();
+    // (namespace, name) of each ServiceAccount so far, and how many bindings name it.
+    let mut accounts: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut namespaces = BTreeSet::new();
+    let mut workloads = vec![];
     for f in crate::manifests::files(dir) {
         for d in yaml_file(&f) {
             let kind = d["kind"].as_str().unwrap_or_else(|| panic!("{f}: a document without kind"));
@@ -24,17 +32,72 @@ pub fn check_documents(dir: &str) {
             if !names.insert((kind.to_string(), ns.to_string(), name.to_string())) {
                 assert_eq!(kind, "Namespace", "{f}: {kind} {name} defined twice");
             }
+            if !ns.is_empty() && !namespaces.contains(ns) && !crate::manifests::BUILT_IN_NAMESPACES.contains(&ns) {
+                panic!(
+                    "{f}: {kind} {ns}/{name} comes before its Namespace in `kubectl apply -f {dir}/` (files in name order)"
+                );
+            }
+            match kind {
+                "Namespace" => {
+                    namespaces.insert(name.to_string());
+                }
+                "ServiceAccount" => {
+                    accounts.insert((ns.to_string(), name.to_string()), 0);
+                }
+                "RoleBinding" | "ClusterRoleBinding" => {
+                    for s in d["subjects"].as_array().into_iter().flatten() {
+                        if s["kind"] == "ServiceAccount" {
+                            let key = (
+                                s["namespace"].as_str().unwrap_or(ns).to_string(),
+                                s["name"].as_str().unwrap_or("").to_string(),
+                            );
+                            if let Some(n) = accounts.get_mut(&key) {
+                                *n += 1;
+                            }
+                        }
+                    }
+                }
+                "Deployment" | "StatefulSet" => {
+                    let sa = d["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap_or("default");
+                    if sa != "default" {
+                        let bindings = accounts.get(&(ns.to_string(), sa.to_string())).copied().unwrap_or_else(|| {
+                            panic!("{f}: {kind} {ns}/{name} comes before its ServiceAccount {sa} in `kubectl apply -f {dir}/` (files in name order)")
+                        });
+                        workloads.push((
+                            f.clone(),
+                            kind.to_string(),
+                            format!("{ns}/{name}"),
+                            (ns.to_string(), sa.to_string()),
+                            bindings,
+                        ));
+                    }
+                }
+                _ => {}
+            }
         }
+    }
+    // A binding of a workload's ServiceAccount applied after the workload: its pods start without it.
+    for (f, kind, name, account, before) in workloads {
+        let all = accounts[&account];
+        assert_eq!(
+            before,
+            all,
+            "{f}: {kind} {name} comes before {} of the {} bindings of its ServiceAccount {}/{} in `kubectl apply -f {dir}/`",
+            all - before,
+            all,
+            account.0,
+            account.1
+        );
     }
 }
 
-/// The Namespace of operator.yaml (there for `kubectl apply -f <dir>`) equals rbac.yaml's and
+/// The Namespace of operator.yaml (there for `kubectl apply -f <dir>`) equals operator-rbac.yaml's and
 /// enforces Pod Security `restricted`; returns it.
 pub fn check_namespace(dir: &str, operator: &[Value], rbac: &[Value]) -> Namespace {
     assert_eq!(
         find("operator.yaml", operator, "Namespace"),
-        find("rbac.yaml", rbac, "Namespace"),
-        "the Namespace of operator.yaml (there for `kubectl apply -f {dir}/`) must equal rbac.yaml's"
+        find("operator-rbac.yaml", rbac, "Namespace"),
+        "the Namespace of operator.yaml (there for `kubectl apply -f {dir}/`) must equal operator-rbac.yaml's"
     );
     let ns: Namespace = typed("operator.yaml Namespace", find("operator.yaml", operator, "Namespace"));
     let psa = ns.metadata.labels.clone().unwrap_or_default();
@@ -55,7 +118,7 @@ pub fn selects(labels: &BTreeMap<String, String>, selector: &BTreeMap<String, St
 /// What the operator's Deployment is run as.
 pub struct Expect<'a> {
     pub namespace: &'a str,
-    /// The ServiceAccount of rbac.yaml.
+    /// The ServiceAccount of operator-rbac.yaml.
     pub service_account: &'a str,
     pub image: &'a str,
     /// Seconds the operator may take to stop after SIGTERM (its main.rs): the grace period must
@@ -81,7 +144,7 @@ pub fn check_deployment(what: &str, d: &Deployment, expect: &Expect) -> Containe
     assert_eq!(
         pod.service_account_name.as_deref(),
         Some(expect.service_account),
-        "{what}: the ServiceAccount of rbac.yaml"
+        "{what}: the ServiceAccount of operator-rbac.yaml"
     );
     let grace = pod.termination_grace_period_seconds.unwrap_or(30);
     assert!(

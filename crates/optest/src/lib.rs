@@ -84,7 +84,7 @@ pub fn root() -> PathBuf {
     p.canonicalize().unwrap_or(p)
 }
 
-/// A path relative to the workspace's root (`deploy/vesper/rbac.yaml`).
+/// A path relative to the workspace's root (`deploy/vesper/operator-rbac.yaml`).
 pub fn repo(rel: &str) -> PathBuf {
     root().join(rel)
 }

@@ -44,3 +44,6 @@ pub fn files(dir: &str) -> Vec<String> {
     files.sort();
     files
 }
+
+/// Namespaces every cluster has, which install manifests may use without creating them.
+pub const BUILT_IN_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];

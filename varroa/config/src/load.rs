@@ -64,12 +64,30 @@ impl Loaded {
             kind: &str,
             name: &str,
         ) -> Result<T, LoadError> {
-            serde_json::from_value(doc).map_err(|e| LoadError::Invalid {
-                file: file.to_string(),
-                index,
-                kind: kind.to_string(),
-                name: name.to_string(),
-                message: e.to_string(),
+            // With the path of the field that did not fit (`spec.powerState: invalid type: ...`),
+            // as the API server names it.
+            let spec = doc.get("spec").cloned();
+            serde_path_to_error::deserialize(doc).map_err(|e| {
+                let mut path = e.path().to_string();
+                let mut inner = e.inner().to_string();
+                // The settings a Controller, a class and the defaults share are flattened into
+                // their spec, where serde loses the path: read them alone to find the field.
+                if path == "spec"
+                    && let Some(spec) = spec
+                    && let Err(e) = serde_path_to_error::deserialize::<_, varroa_api::ControllerSettings>(spec)
+                    && e.path().to_string() != "."
+                {
+                    path = format!("spec.{}", e.path());
+                    inner = e.inner().to_string();
+                }
+                let message = if path == "." { inner } else { format!("{path}: {inner}") };
+                LoadError::Invalid {
+                    file: file.to_string(),
+                    index,
+                    kind: kind.to_string(),
+                    name: name.to_string(),
+                    message,
+                }
             })
         }
         let w = &mut self.world;

@@ -6,7 +6,7 @@
 //! The operator runs as its own process (the release binary, resync and stamp intervals of 1h
 //! so that only the restart is measured) against an in-process devcluster prepared as the
 //! end-to-end tests prepare it (tests/support), with the admin's credentials, or with the token
-//! of `varroa-system/varroa-operator` (exactly deploy/varroa/rbac.yaml) when VARROA_BENCH_AS=sa.
+//! of `varroa-system/varroa-operator` (exactly deploy/varroa/operator-rbac.yaml) when VARROA_BENCH_AS=sa.
 //! The floor is the reads a reconcile makes (11 GETs and one LIST per controller) and the lists
 //! a starting operator makes, sent directly by a client with the same credentials, in the same
 //! run. Prints a

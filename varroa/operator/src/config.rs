@@ -96,7 +96,7 @@ pub struct Config {
     /// `claims.whenLedgerDown`). Off (the default): `VARROA_CLAIMS=off`, Jenkins numbers builds
     /// itself. Changing it rolls every controller's pod.
     #[arg(long, env = "VARROA_BUILD_RECORDS", default_value_t = false, num_args = 0..=1,
-          default_missing_value = "true", action = clap::ArgAction::Set)]
+          require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub build_records: bool,
     /// A mite whose last heartbeat (written by the gateway every 10s by default) is older than
     /// this counts as lost: its controller shows `Mite unreachable`.
@@ -122,7 +122,7 @@ pub struct Config {
     pub health_addr: SocketAddr,
     /// Elect a leader through a Lease, so that several replicas can run (one reconciles).
     #[arg(long, env = "VARROA_LEADER_ELECT", default_value_t = false, num_args = 0..=1,
-          default_missing_value = "true", action = clap::ArgAction::Set)]
+          require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_elect: bool,
     /// Namespace of the leader Lease.
     #[arg(long, env = "VARROA_LEADER_ELECTION_NAMESPACE", default_value = "varroa-system")]
@@ -161,7 +161,7 @@ pub struct Config {
     /// Fetch bundle inputs from any host, including loopback, link-local, the metadata service,
     /// the API server and the operator's own file system (file:// URLs). For development only.
     #[arg(long, env = "VARROA_FETCH_ALLOW_PRIVATE_HOSTS", default_value_t = false, num_args = 0..=1,
-          default_missing_value = "true", action = clap::ArgAction::Set)]
+          require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub fetch_allow_private_hosts: bool,
     /// Hosts (`name`, `address`, or either with `:port`, as written in inputs) that bundle inputs
     /// may be fetched from even though they resolve to a refused address. Comma-separated.
@@ -384,7 +384,9 @@ mod tests {
             parse(&["op", "--leader-elect=true", "--fetch-allow-private-hosts=false"]).ok(),
             Some((true, false))
         );
-        assert_eq!(parse(&["op", "--leader-elect", "false"]).ok(), Some((false, false)));
+        assert_eq!(parse(&["op", "--leader-elect=false"]).ok(), Some((false, false)));
+        // A switch never takes the next argument (it could be `run`, or a flag's value).
+        assert!(parse(&["op", "--leader-elect", "false"]).is_err(), "--leader-elect=false, not --leader-elect false");
         assert!(parse(&["op", "--leader-elect=maybe"]).is_err());
     }
 

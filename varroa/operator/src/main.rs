@@ -7,8 +7,15 @@ use clap::{Parser, Subcommand};
 use std::sync::Arc;
 use varroa_operator::{gateway_ca_cmd, render_cmd};
 
+/// The operator's flags go after `run`, or without it (`varroa-operator --cluster x` and
+/// `varroa-operator run --cluster x` are the same); flags before `run` are refused, with an error that says so.
 #[derive(Parser, Debug)]
-#[command(name = "varroa-operator", version, about = "Provisions Jenkins controllers from Controller resources")]
+#[command(
+    name = "varroa-operator",
+    version,
+    about = "Provisions Jenkins controllers from Controller resources",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -18,8 +25,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the operator (the default).
-    Run,
+    /// Run the operator (the default): the same flags as without a command.
+    Run(Box<RunArgs>),
     /// Resolve and render controllers from YAML files, without a cluster: the settings with the
     /// layer each came from, the plugins, the JCasC values with the input that set each, and
     /// the rendered jenkins.yaml, plugins.txt and plugins-sha256.txt. Exit 1 when a controller
@@ -30,6 +37,12 @@ enum Command {
     /// Print a `kubernetes.io/tls` Secret holding a freshly generated gateway CA (tls.crt,
     /// tls.key), for development installs: `varroa-operator gateway-ca | kubectl apply -f -`.
     GatewayCa(gateway_ca_cmd::GatewayCaArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    config: varroa_operator::Config,
 }
 
 fn main() {
@@ -59,15 +72,17 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let code = match cli.command {
-        Some(Command::Render(args)) => rt.block_on(render_cmd::run(args)),
-        _ => match rt.block_on(run(cli.config)) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                1
-            }
-        },
+    let config = match cli.command {
+        Some(Command::Render(args)) => std::process::exit(rt.block_on(render_cmd::run(args))),
+        Some(Command::Run(run)) => run.config,
+        _ => cli.config,
+    };
+    let code = match rt.block_on(run(config)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
     };
     std::process::exit(code);
 }
@@ -138,4 +153,36 @@ async fn run(mut config: varroa_operator::Config) -> anyhow::Result<()> {
     })
     .await
     .map_err(anyhow::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<(Option<&'static str>, varroa_operator::Config), clap::Error> {
+        let cli = Cli::try_parse_from(std::iter::once("varroa-operator").chain(args.iter().copied()))?;
+        Ok(match cli.command {
+            Some(Command::Run(run)) => (Some("run"), run.config),
+            Some(_) => (Some("other"), cli.config),
+            None => (None, cli.config),
+        })
+    }
+
+    #[test]
+    fn the_flags_go_before_run_or_after_it_and_switches_are_bare() {
+        Cli::command().debug_assert();
+        let (cmd, before) = parse(&["--cluster", "prod", "--leader-elect"]).expect("before");
+        assert_eq!((cmd, before.cluster.as_str(), before.leader_elect), (None, "prod", true));
+        let (cmd, after) = parse(&["run", "--cluster", "prod", "--leader-elect"]).expect("after run");
+        assert_eq!((cmd, after.cluster.as_str(), after.leader_elect), (Some("run"), "prod", true));
+        // A bare switch does not take `run` as its value: `run` stays the command, and flags on
+        // both sides of it are refused, not merged.
+        let e = parse(&["--leader-elect", "run"]).unwrap_err().to_string();
+        assert!(e.contains("the subcommand 'run' cannot be used with '--leader-elect"), "{e}");
+        assert!(!parse(&["run", "--leader-elect=false"]).expect("=false").1.leader_elect);
+        assert!(parse(&["--leader-elect", "false"]).is_err(), "--leader-elect=false, not --leader-elect false");
+        let e = parse(&["--leader-elect", "run", "--cluster", "prod"]).unwrap_err().to_string();
+        assert!(e.contains("cannot be used with"), "{e}");
+    }
 }

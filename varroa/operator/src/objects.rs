@@ -99,7 +99,7 @@ pub fn service_account(c: &Controller) -> ServiceAccount {
     ServiceAccount { metadata: meta(c, &c.name_any()), ..Default::default() }
 }
 
-/// The ClusterRole (shipped in deploy/varroa/rbac.yaml) that grants the agents' rights: pods,
+/// The ClusterRole (shipped in deploy/varroa/operator-rbac.yaml) that grants the agents' rights: pods,
 /// exec, logs and events, for the Kubernetes plugin's agent pods. The operator may only `bind`
 /// it; it holds none of those rights itself.
 pub const AGENTS_CLUSTER_ROLE: &str = "varroa-jenkins-agents";

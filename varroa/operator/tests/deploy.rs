@@ -78,14 +78,18 @@ const RESTRICTED_VOLUMES: &[&str] =
 
 #[test]
 fn manifests_parse_are_restricted_and_carry_the_operators_flags() {
-    // Every document of deploy/varroa/ is an object with a kind; only the Namespace repeats.
+    // Every document of deploy/varroa/ is an object with a kind; only the Namespace repeats; in
+    // kubectl's name order, everything comes after what it needs.
     check_documents("deploy/varroa");
     let files = optest::manifests::files("deploy/varroa");
     let pos = |f: &str| files.iter().position(|x| x == f).unwrap_or_else(|| panic!("{f} missing: {files:?}"));
-    assert!(pos("deploy/varroa/operator.yaml") < pos("deploy/varroa/rbac.yaml"), "kubectl's name order: {files:?}");
+    assert!(
+        pos("deploy/varroa/operator-rbac.yaml") < pos("deploy/varroa/operator.yaml"),
+        "kubectl's name order: {files:?}"
+    );
 
     let op = yaml_file("deploy/varroa/operator.yaml");
-    let rbac = yaml_file("deploy/varroa/rbac.yaml");
+    let rbac = yaml_file("deploy/varroa/operator-rbac.yaml");
     let ns = check_namespace("deploy/varroa", &op, &rbac);
     assert_eq!(ns.metadata.name.as_deref(), Some(NS));
 
@@ -95,7 +99,8 @@ fn manifests_parse_are_restricted_and_carry_the_operators_flags() {
     let expect = Expect { namespace: NS, service_account: SA, image: IMAGE, shutdown_secs: OPERATOR_SHUTDOWN_SECS };
     let c = check_deployment(what, &d, &expect);
     let pod = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("pod spec");
-    let rbac_sa: ServiceAccount = typed("rbac.yaml ServiceAccount", find("rbac.yaml", &rbac, "ServiceAccount"));
+    let rbac_sa: ServiceAccount =
+        typed("operator-rbac.yaml ServiceAccount", find("operator-rbac.yaml", &rbac, "ServiceAccount"));
     assert_eq!(rbac_sa.metadata.name.as_deref(), Some(SA));
 
     // ...and the rest of Pod Security `restricted`: the pod...
@@ -143,9 +148,12 @@ fn manifests_parse_are_restricted_and_carry_the_operators_flags() {
     let cfg = parse_flags(&args).unwrap_or_else(|e| panic!("{what}: the operator refuses its args {args:?}:\n{e}"));
     cfg.validate().unwrap_or_else(|e| panic!("{what}: the operator would stop at start with its args {args:?}: {e}"));
     assert!(cfg.leader_elect, "{what}: two replicas need --leader-elect=true");
-    assert_eq!(cfg.leader_election_namespace, NS, "{what}: the Lease lives where rbac.yaml's Role grants Leases");
-    let role = find("rbac.yaml", &rbac, "Role");
-    assert_eq!(role["metadata"]["namespace"], NS, "rbac.yaml: the leader election Role");
+    assert_eq!(
+        cfg.leader_election_namespace, NS,
+        "{what}: the Lease lives where operator-rbac.yaml's Role grants Leases"
+    );
+    let role = find("operator-rbac.yaml", &rbac, "Role");
+    assert_eq!(role["metadata"]["namespace"], NS, "operator-rbac.yaml: the leader election Role");
     // The CA Secret the operator reads is the one `varroa-operator gateway-ca` prints.
     let ca = GatewayCaFlags::try_parse_from(["gateway-ca"]).expect("gateway-ca's defaults").args;
     assert_eq!(cfg.gateway_ca(), (ca.namespace, ca.name), "{what}: --gateway-ca-secret vs `gateway-ca`");

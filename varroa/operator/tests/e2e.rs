@@ -1,5 +1,5 @@
 //! End to end: the operator (as `varroa-system/varroa-operator` with exactly
-//! deploy/varroa/rbac.yaml) against devcluster and its fault injection, checked the way a user
+//! deploy/varroa/operator-rbac.yaml) against devcluster and its fault injection, checked the way a user
 //! checks a controller: phase, attention, conditions, events and every object made for it.
 
 mod support;

@@ -156,6 +156,16 @@ fn blocked_and_unreadable_inputs_exit_non_zero_with_the_reason() {
     let out = run(&["render", "-f", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("Controller c"), "{}", text(&out.stderr));
+    // A value of the wrong type names the field it is in, as the API server would.
+    assert!(text(&out.stderr).contains("spec.cells: invalid type: string \"lots\""), "{}", text(&out.stderr));
+    std::fs::write(
+        &file,
+        "apiVersion: varroa.dev/v1alpha1\nkind: Controller\nmetadata: {name: c}\nspec: {powerState: 7}\n",
+    )
+    .unwrap();
+    let out = run(&["render", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("spec.powerState: invalid type: integer `7`"), "{}", text(&out.stderr));
 
     let out = run(&["render", "-f", "/nonexistent/x.yaml"]);
     assert_eq!(out.status.code(), Some(2));

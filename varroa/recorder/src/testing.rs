@@ -230,9 +230,12 @@ impl PgServer {
     /// The server accepts connections: postmaster.pid says `ready` and the port answers.
     fn ready(&self) -> bool {
         let pid_file = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap_or_default();
+        // Line 1 is the postmaster's pid: after a kill the old file (which says `ready`) stays
+        // until the new server replaces it, so only the file of the server just started counts.
+        let ours = self.pid().is_some_and(|pid| pid_file.lines().next().is_some_and(|l| l.trim() == pid.to_string()));
         // Line 8 of postmaster.pid is the server's status (PostgreSQL 10 and later).
         let ready = pid_file.lines().nth(7).is_some_and(|l| l.trim() == "ready");
-        ready && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+        ours && ready && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
     }
 
     fn log_tail(&self) -> String {

@@ -243,6 +243,28 @@ async fn extend_moves_the_expiry_within_seven_days() {
     h.vesperctl(&["extend", "pr-4", "--ttl", "36h"]).await.expect(0);
     assert_eq!(api.get("pr-4").await.expect("get").spec.ttl, "36h");
 
+    // extend never shortens (a shorter ttl could put the expiry in the past): it names the
+    // command that does, and changes nothing; the same ttl is no change.
+    let r = h.vesperctl(&["extend", "pr-4", "--ttl", "1m"]).await.expect(1);
+    assert!(
+        r.stderr.contains("its ttl is 36h already, and extend never shortens one")
+            && r.stderr.contains("vesperctl apply pr-4 --ttl 1m"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(api.get("pr-4").await.expect("get").spec.ttl, "36h", "not shortened");
+    let r = h.vesperctl(&["extend", "pr-4", "--ttl", "36h"]).await.expect(0);
+    assert!(r.stdout.contains("pr-4 unchanged: ttl 36h"), "{}", r.stdout);
+    // apply shortens, and says so.
+    let r = h.vesperctl(&["apply", "pr-4", "--ttl", "30h"]).await.expect(0);
+    assert!(r.stdout.contains("pr-4 configured"), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("note: the ttl of preview \"pr-4\" was shortened from 36h to 30h; it expires at "),
+        "{}",
+        r.stderr
+    );
+    h.vesperctl(&["extend", "pr-4", "--ttl", "36h"]).await.expect(0);
+
     // Past 7 days: refused before asking the API server, with the latest possible expiry.
     let r = h.vesperctl(&["extend", "pr-4", "--by", "7d"]).await.expect(1);
     assert!(

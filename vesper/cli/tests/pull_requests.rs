@@ -1016,6 +1016,25 @@ async fn the_ci_service_account_can_bring_previews_up_and_down() {
     assert!(fake.ours()[0].body.starts_with("<!-- vesper-preview: previews/pr-42 -->"));
     run_command(job.github(&fake, "up", &[("VESPER_IMAGE", IMAGE_B)])).await.expect(0);
     assert_eq!(preview_json(&h, "previews", "pr-42").await["spec"]["image"], IMAGE_B);
+    // describe, as the CI account: the preview and its Events in full; each object of the
+    // preview's own namespace (out of the Role's reach) names the permission it would need.
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["describe", "pr-42", "--kubeconfig"]).arg(&path).env_remove("KUBECONFIG").env_remove("HOME");
+    let r = run_command(cmd).await.expect(0);
+    let pe = preview_json(&h, "previews", "pr-42").await;
+    let ns = pe["status"]["namespace"].as_str().expect("its namespace").to_string();
+    let cannot: Vec<&str> = r.stdout.lines().filter(|l| l.contains("<cannot read")).collect();
+    assert!(!cannot.is_empty(), "{}", r.stdout);
+    for line in &cannot {
+        let names_it = line.contains("ask for RBAC access to list ") && line.contains(&format!(" in namespace {ns}"))
+            || line.contains(&format!("ask for RBAC access to get namespaces/{ns}"));
+        assert!(
+            names_it && !line.contains("previewenvironments"),
+            "a refused read names its permission: {line}\n{}",
+            r.stdout
+        );
+    }
+    assert!(!r.stdout.contains("list events in namespace previews"), "its Events are readable:\n{}", r.stdout);
     run_command(job.github(&fake, "down", &[])).await.expect(0);
     assert!(h.previews("previews").get_opt("pr-42").await.expect("get").is_none());
     assert_eq!(fake.comments().len(), 1);
@@ -1045,9 +1064,9 @@ async fn an_apply_that_creates_a_preview_needs_the_create_verb() {
     );
     assert!(!rbac.contains("\"create\""), "the Role of ci-rbac.yaml has the expected shape");
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("rbac.yaml"), rbac).expect("write");
+    std::fs::write(dir.path().join("ci-rbac-variant.yaml"), rbac).expect("write");
     let mut kubectl = Command::new("/usr/bin/kubectl");
-    kubectl.arg("apply").arg("-f").arg(dir.path().join("rbac.yaml")).env("KUBECONFIG", h.kubeconfig());
+    kubectl.arg("apply").arg("-f").arg(dir.path().join("ci-rbac-variant.yaml")).env("KUBECONFIG", h.kubeconfig());
     run_command(kubectl).await.expect(0);
     let sas: Api<ServiceAccount> = Api::namespaced(h.dc.client(), "previews");
     let tr = sas.create_token_request("vesper-ci", &PostParams::default(), &Default::default()).await.expect("token");
@@ -1241,12 +1260,12 @@ fn the_action_uses_every_input_and_runs_the_script_in_both_modes() {
 
 #[test]
 fn the_example_workflow_runs_on_pull_requests_with_write_permission() {
-    let wf = yaml("examples/vesper/github-workflow.yml");
+    let wf = yaml("ci/github/vesper-preview.yml");
     let types: Vec<&str> =
         wf["on"]["pull_request"]["types"].as_array().expect("types").iter().filter_map(Value::as_str).collect();
     assert_eq!(types, ["opened", "synchronize", "reopened", "closed"]);
     assert_eq!(wf["permissions"]["pull-requests"], "write");
-    let text = read("examples/vesper/github-workflow.yml");
+    let text = read("ci/github/vesper-preview.yml");
     assert!(text.contains("uses: eventide/vesper@"), "{text}");
     assert!(text.contains("kubeconfig: ${{ secrets."), "{text}");
 }

@@ -91,7 +91,8 @@ pub struct Config {
     #[arg(long, env = "VESPER_EXPIRY_WARNING", default_value = "1h", value_parser = parse_duration)]
     pub expiry_warning: Duration,
     /// Run containers with a read-only root filesystem (with a writable /tmp).
-    #[arg(long, env = "VESPER_READ_ONLY_ROOT_FILESYSTEM", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "VESPER_READ_ONLY_ROOT_FILESYSTEM", default_value_t = true, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub read_only_root_filesystem: bool,
     /// Where /metrics is served.
     #[arg(long, env = "VESPER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
@@ -100,7 +101,8 @@ pub struct Config {
     #[arg(long, env = "VESPER_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: SocketAddr,
     /// Elect a leader through a Lease, so that replicas of the operator do not fight.
-    #[arg(long, env = "VESPER_LEADER_ELECT", default_value_t = false)]
+    #[arg(long, env = "VESPER_LEADER_ELECT", default_value_t = false, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_elect: bool,
     /// Namespace of the leader election Lease (the operator's own namespace).
     #[arg(long, env = "VESPER_LEADER_ELECTION_NAMESPACE", default_value = "vesper-system")]

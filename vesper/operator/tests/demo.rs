@@ -48,6 +48,26 @@ fn demo_brings_previews_to_ready_and_controllers_to_connected_and_cleans_up() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains(&format!("== {taken} is taken")), "it says the port is taken:\n{stdout}");
+    // It names the address devcluster really listens on (not the :0 it asked for), lists every
+    // log file it wrote, and, told to exit after the setup, does not claim to keep running.
+    let up = stdout.lines().find(|l| l.starts_with("== devcluster is up at ")).unwrap_or_else(|| panic!("{stdout}"));
+    let address = up.trim_start_matches("== devcluster is up at ").split(' ').next().unwrap_or_default();
+    assert!(address.starts_with("https://127.0.0.1:") && !address.ends_with(":0"), "{up}");
+    let logs: Vec<_> = std::fs::read_dir(&demo_dir)
+        .expect("the demo directory")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    assert!(logs.len() >= 8, "a log per process: {logs:?}");
+    for log in logs {
+        assert!(stdout.contains(&format!("   {}", log.display())), "{} is not listed:\n{stdout}", log.display());
+    }
+    assert!(
+        stdout.contains("DEMO_EXIT_AFTER_SETUP=1: stopping everything now")
+            && !stdout.contains("keep running until Ctrl-C. In"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains(&format!("binaries from {}/debug", linked.display())),
         "it runs the binaries of CARGO_TARGET_DIR:\n{stdout}"
@@ -103,4 +123,43 @@ fn demo_brings_previews_to_ready_and_controllers_to_connected_and_cleans_up() {
     for pid in pids {
         assert!(!running(pid), "process {pid} started by the demo still runs");
     }
+}
+
+/// `make demo` installs what the demo runs and nothing the tests alone need (no helm, moto,
+/// shellcheck, registry or nextest, so no `sudo apt-get` for them); `make test` installs all.
+#[test]
+fn make_demo_installs_only_what_the_demo_runs() {
+    let plan = |mode: &str| {
+        let out = Command::new(optest::root().join("scripts/ensure-deps.sh"))
+            .args(["--plan", mode])
+            .current_dir(optest::root())
+            .output()
+            .expect("ensure-deps.sh runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect::<Vec<_>>()
+    };
+    let (demo, test) = (plan("demo"), plan("test"));
+    for tool in ["helm", "moto", "shellcheck", "docker-registry", "cargo-nextest", "curl", "jq"] {
+        assert!(
+            !demo.contains(&tool.to_string()) && test.contains(&tool.to_string()),
+            "{tool}: demo {demo:?}, test {test:?}"
+        );
+    }
+    for tool in ["postgresql", "nats-server", "kubectl", "cargo"] {
+        assert!(
+            demo.contains(&tool.to_string()) && test.contains(&tool.to_string()),
+            "{tool}: demo {demo:?}, test {test:?}"
+        );
+    }
+    let makefile = std::fs::read_to_string(optest::root().join("Makefile")).expect("the Makefile");
+    let target = |name: &str| {
+        makefile
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} target"))
+            .to_string()
+    };
+    assert_eq!(target("demo"), "demo: demo-deps build");
+    assert_eq!(target("build"), "build:", "building installs nothing");
+    assert!(target("test").split_whitespace().any(|d| d == "deps"), "make test installs the tests' tools");
 }

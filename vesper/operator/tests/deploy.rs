@@ -71,7 +71,10 @@ fn template_rules(rel: &str) -> Value {
     let mut block = vec![first];
     block.extend(lines.take_while(|l| !l.starts_with("{{") && !l.starts_with("---")));
     let block = block.join("\n");
-    assert!(!block.contains("{{"), "{rel}: the rules must be plain YAML, to be compared with deploy/vesper/rbac.yaml");
+    assert!(
+        !block.contains("{{"),
+        "{rel}: the rules must be plain YAML, to be compared with deploy/vesper/operator-rbac.yaml"
+    );
     yaml_docs(rel, &block).remove(0)["rules"].clone()
 }
 
@@ -128,7 +131,7 @@ fn manifests_parse_are_restricted_and_carry_the_operators_flags() {
     // Every document of deploy/vesper/ is an object with a kind; only the Namespace repeats.
     check_documents("deploy/vesper");
     let op = yaml_file("deploy/vesper/operator.yaml");
-    let rbac = yaml_file("deploy/vesper/rbac.yaml");
+    let rbac = yaml_file("deploy/vesper/operator-rbac.yaml");
     check_namespace("deploy/vesper", &op, &rbac);
 
     let d = manifest_deployment();
@@ -203,6 +206,9 @@ async fn kubectl_apply_installs_vesper_and_two_replicas_elect_a_leader_and_fail_
     let stderr = kubectl.ok(&["apply", "-f", &deploy_dir]).await.stderr;
     assert!(!stderr.contains("Warning"), "kubectl apply -f deploy/vesper/ warned:\n{stderr}");
     kubectl.wait_established(&["crd/previewenvironments.vesper.eventide.dev"]).await;
+    // examples/vesper/ holds only manifests the cluster accepts, as a directory (README).
+    let examples = optest::repo("examples/vesper").display().to_string();
+    kubectl.ok(&["apply", "--dry-run=server", "-f", &examples]).await;
     // The pods passed Pod Security `restricted` (enforced on vesper-system) and are ready.
     kubectl.wait_available(NS, &["deployment/vesper-operator"]).await;
     let pods: Api<Pod> = Api::namespaced(dc.client(), NS);
@@ -625,15 +631,15 @@ fn helm_chart_matches_the_operator_and_the_manifests() {
         crds[0].display()
     );
 
-    // RBAC: the rules of deploy/vesper/rbac.yaml, unchanged.
-    let rbac = yaml_file("deploy/vesper/rbac.yaml");
+    // RBAC: the rules of deploy/vesper/operator-rbac.yaml, unchanged.
+    let rbac = yaml_file("deploy/vesper/operator-rbac.yaml");
     assert_eq!(
         template_rules(&format!("{CHART}/templates/clusterrole.yaml")),
-        find("rbac.yaml", &rbac, "ClusterRole")["rules"]
+        find("operator-rbac.yaml", &rbac, "ClusterRole")["rules"]
     );
     assert_eq!(
         template_rules(&format!("{CHART}/templates/leader-election-rbac.yaml")),
-        find("rbac.yaml", &rbac, "Role")["rules"]
+        find("operator-rbac.yaml", &rbac, "Role")["rules"]
     );
     for t in ["_helpers.tpl", "serviceaccount.yaml", "clusterrolebinding.yaml", "service.yaml", "NOTES.txt"] {
         assert!(optest::repo(CHART).join("templates").join(t).is_file(), "templates/{t}");
@@ -759,18 +765,18 @@ async fn helm_lints_renders_and_installs_on_a_cluster() {
         find("helm template", &docs, "CustomResourceDefinition"),
         find("crd.yaml", &crd, "CustomResourceDefinition")
     );
-    let rbac = yaml_file("deploy/vesper/rbac.yaml");
+    let rbac = yaml_file("deploy/vesper/operator-rbac.yaml");
     for kind in ["ClusterRole", "Role"] {
         assert_eq!(
             find("helm template", &docs, kind)["rules"],
-            find("rbac.yaml", &rbac, kind)["rules"],
+            find("operator-rbac.yaml", &rbac, kind)["rules"],
             "{kind} rules"
         );
     }
     for kind in ["ClusterRoleBinding", "RoleBinding"] {
         assert_eq!(
             find("helm template", &docs, kind)["subjects"],
-            find("rbac.yaml", &rbac, kind)["subjects"],
+            find("operator-rbac.yaml", &rbac, kind)["subjects"],
             "{kind} subjects"
         );
     }

@@ -1,5 +1,5 @@
 //! End to end: the operator (its library entry point, as the `vesper-operator` service account
-//! bound to exactly deploy/vesper/rbac.yaml) against devcluster, checked the way a user checks a
+//! bound to exactly deploy/vesper/operator-rbac.yaml) against devcluster, checked the way a user checks a
 //! preview: its status, its events, and every object made for it.
 
 mod support;

@@ -1,5 +1,5 @@
 //! The end-to-end harness: a devcluster with the Varroa CRDs, the shipped RBAC
-//! (deploy/varroa/rbac.yaml, with the agents' ClusterRole) and admission policy
+//! (deploy/varroa/operator-rbac.yaml, with the agents' ClusterRole) and admission policy
 //! (deploy/varroa/admission-policy.yaml) and a gateway CA installed, the example configuration applied, and
 //! the operator running in-process as `varroa-system/varroa-operator`, with a mite source the
 //! test drives. What is not Varroa's (the cluster fixture, the service account, waits, Events)
@@ -89,7 +89,7 @@ impl Env {
             optest::cluster::apply_file(admin, "deploy/varroa/crds.yaml").await;
             let crds: Vec<String> = varroa_api::crds().iter().map(|c| c.name_any()).collect();
             optest::cluster::wait_established(admin, &crds.iter().map(String::as_str).collect::<Vec<_>>()).await;
-            optest::cluster::apply_file(admin, "deploy/varroa/rbac.yaml").await;
+            optest::cluster::apply_file(admin, "deploy/varroa/operator-rbac.yaml").await;
             optest::cluster::apply_file(admin, "deploy/varroa/admission-policy.yaml").await;
             apply_yaml(admin, WORLD).await;
             install_gateway_ca(admin, "gateway CA").await;

@@ -118,6 +118,24 @@ pub async fn apply(t: &Target, args: SpecArgs) -> Result<()> {
         Some(_) => "configured",
     };
     outln!("{} {verb}", resource_name(&name));
+    if let Some(before) = &live
+        && let (Ok(old), Ok(new)) = (before.ttl(), after.ttl())
+        && new < old
+    {
+        // Shortening is allowed here (extend never shortens), and said, on stderr: the expiry
+        // moved earlier, perhaps into the past, when the operator deletes the preview.
+        let expiry = preview::expires_at(&after)
+            .map(|at| {
+                let now = jiff::Timestamp::now();
+                if at <= now {
+                    format!("it expired at {}: the operator deletes it", clikit::timefmt::moment(at))
+                } else {
+                    format!("it expires at {}", clikit::timefmt::moment(at))
+                }
+            })
+            .unwrap_or_default();
+        eprintln!("note: the ttl of preview {name:?} was shortened from {old} to {new}; {expiry}");
+    }
     finish(t, &name, &args).await
 }
 

@@ -6,7 +6,7 @@
 //! not fatal.
 
 use crate::client::Target;
-use crate::error::{Result, readable};
+use crate::error::Result;
 use crate::preview;
 use clikit::events::{self, Columns};
 use clikit::table::Table;
@@ -112,7 +112,11 @@ async fn preview_events(t: &Target, pe: &PreviewEnvironment) -> Result<Vec<Event
         t.namespace
     );
     let uid = pe.uid();
-    let mut items = api.list(&ListParams::default().fields(&fields)).await.map_err(|e| readable(&e))?.items;
+    let mut items = api
+        .list(&ListParams::default().fields(&fields))
+        .await
+        .map_err(|e| reading(&e, &format!("list events in namespace {}", t.namespace)))?
+        .items;
     // Events of an earlier preview of the same name are not this one's.
     items.retain(|e| e.involved_object.uid.is_none() || e.involved_object.uid == uid);
     Ok(items)
@@ -126,7 +130,20 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(t.client.clone(), ns);
-    api.list(&ListParams::default().labels(selector)).await.map(|l| l.items).map_err(|e| readable(&e))
+    let plural = K::plural(&());
+    let group = K::group(&());
+    let resource = if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") };
+    api.list(&ListParams::default().labels(selector))
+        .await
+        .map(|l| l.items)
+        .map_err(|e| reading(&e, &format!("list {resource} in namespace {ns}")))
+}
+
+/// Why a read failed, for a `<cannot read: ...>` line. A refusal names the exact permission the
+/// read needs (the preview's objects live in a namespace of their own, which a CI account with
+/// rights on previewenvironments only does not reach: deploy/vesper/ci-rbac.yaml).
+fn reading(e: &kube::Error, permission: &str) -> String {
+    clikit::apierror::readable(e, permission)
 }
 
 async fn objects(out: &mut String, t: &Target, pe: &PreviewEnvironment, ns: &str, now: Timestamp) {
@@ -144,7 +161,7 @@ async fn objects(out: &mut String, t: &Target, pe: &PreviewEnvironment, ns: &str
             }
         }
         Err(e) => {
-            let _ = writeln!(out, "  Namespace/{ns}: <cannot read: {}>", readable(&e));
+            let _ = writeln!(out, "  Namespace/{ns}: <cannot read: {}>", reading(&e, &format!("get namespaces/{ns}")));
         }
     }
     let selector = format!("{}={}", vesper_api::LABEL_PREVIEW_UID, pe.uid().unwrap_or_default());
@@ -175,7 +192,11 @@ async fn objects(out: &mut String, t: &Target, pe: &PreviewEnvironment, ns: &str
         out.push('\n');
     }
     let api: Api<Event> = Api::namespaced(t.client.clone(), ns);
-    let list = api.list(&ListParams::default()).await.map(|l| l.items).map_err(|e| readable(&e));
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(|e| reading(&e, &format!("list events in namespace {ns}")));
     let _ = writeln!(out, "Events in namespace {ns}:");
     out.push_str(&events::section(list, now, NAMESPACE_EVENTS, Columns::WithObject));
 }

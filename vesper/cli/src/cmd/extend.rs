@@ -3,6 +3,11 @@
 //! the latest possible expiry in the message; what the API server still refuses (422) is shown
 //! as it says it. The TTL is changed with a merge patch conditional on the resourceVersion read,
 //! retried when the preview changed in between.
+//!
+//! `extend` never shortens: a `--ttl` shorter than the current one is refused (it would move the
+//! expiry earlier, possibly into the past, and the operator would delete the preview), with the
+//! command that does shorten (`vesperctl apply NAME --ttl ...`, which says so). A `--ttl` equal
+//! to the current one changes nothing and succeeds.
 
 use crate::cli::ExtendArgs;
 use crate::client::{Previews, Target};
@@ -43,7 +48,19 @@ pub fn new_ttl(pe: &PreviewEnvironment, by: Option<Duration>, ttl: Option<Durati
             }
             (current.duration() + by, format!("by {}", timefmt::exact(by)))
         }
-        (None, Some(t)) => (t, format!("to a ttl of {}", timefmt::exact(t))),
+        (None, Some(t)) => {
+            if let Ok(current) = pe.ttl()
+                && t < current.duration()
+            {
+                return Err(Error::Failed(format!(
+                    "cannot extend preview {name:?} to a ttl of {}: its ttl is {current} already, and extend never \
+                     shortens one; to shorten it (its expiry moves earlier), run `vesperctl apply {name} --ttl {}`",
+                    timefmt::exact(t),
+                    timefmt::exact(t)
+                )));
+            }
+            (t, format!("to a ttl of {}", timefmt::exact(t)))
+        }
         (None, None) => return Err(Error::Failed("say how: --by DURATION or --ttl TTL".into())),
     };
     if wanted.as_secs() % 60 != 0 {
@@ -108,7 +125,7 @@ pub async fn run(t: &Target, args: ExtendArgs) -> Result<()> {
                         format!("{} (in {})", timefmt::moment(at), timefmt::until(timefmt::since(at, Timestamp::now())))
                     })
                     .unwrap_or_default();
-                let verb = if pe.ttl().is_ok_and(|old| old > ttl) { "shortened" } else { "extended" };
+                let verb = if pe.ttl().is_ok_and(|old| old == ttl) { "unchanged" } else { "extended" };
                 outln!("{} {verb}: ttl {ttl}, expires {expiry}", resource_name(name));
                 return Ok(());
             }
@@ -147,6 +164,12 @@ mod tests {
         let e = new_ttl(&p, None, Some(h(8 * 24)), now).unwrap_err().to_string();
         assert!(e.contains("past the 7-day limit"), "{e}");
         let e = new_ttl(&p, None, Some(h(5)), now).unwrap_err().to_string();
+        assert!(e.contains("never shortens") && e.contains("vesperctl apply pr-1 --ttl 5h"), "{e}");
+        let e = new_ttl(&p, None, Some(Duration::from_secs(60)), now).unwrap_err().to_string();
+        assert!(e.contains("its ttl is 1d already, and extend never shortens"), "{e}");
+        assert_eq!(new_ttl(&p, None, Some(h(24)), now).unwrap().to_string(), "1d", "the same ttl: unchanged");
+        let unreadable = pe("2026-01-01T00:00:00Z", "soon");
+        let e = new_ttl(&unreadable, None, Some(h(5)), now).unwrap_err().to_string();
         assert!(e.contains("which has passed"), "{e}");
         assert!(new_ttl(&p, Some(Duration::from_secs(90)), None, now).is_err());
         let full = pe("2026-01-01T00:00:00Z", "7d");

@@ -24,12 +24,12 @@ use vesper_operator::metrics::Metrics;
 pub const TEAM: &str = "team-a";
 /// The namespace of the ingress controller (the operator's default `--ingress-namespace`).
 pub const INGRESS_NS: &str = "ingress-nginx";
-/// The operator's namespace and ServiceAccount (deploy/vesper/rbac.yaml).
+/// The operator's namespace and ServiceAccount (deploy/vesper/operator-rbac.yaml).
 const OPERATOR_NS: &str = "vesper-system";
 const OPERATOR_SA: &str = "vesper-operator";
 
 /// The cluster with the operator's CRD and RBAC, the admin, the operator's service account (with
-/// exactly deploy/vesper/rbac.yaml) and the operator when it runs, with its metrics; and the
+/// exactly deploy/vesper/operator-rbac.yaml) and the operator when it runs, with its metrics; and the
 /// clock the operator runs with. `env.dc`, `env.admin`, `env.sa`, `env.op` are the fixture's.
 pub struct Env {
     fixture: optest::Fixture<Arc<Metrics>>,
@@ -59,10 +59,13 @@ impl Env {
         optest::init_tracing("warn,vesper_operator=info");
         let fixture = optest::Fixture::start(options, (OPERATOR_NS, OPERATOR_SA), async |admin| {
             optest::cluster::install_crds(admin, &[PreviewEnvironment::crd()]).await;
-            // deploy/vesper/rbac.yaml, every document created as the admin.
-            let rbac = optest::read("deploy/vesper/rbac.yaml");
+            // deploy/vesper/operator-rbac.yaml, every document created as the admin.
+            let rbac = optest::read("deploy/vesper/operator-rbac.yaml");
             let created = optest::cluster::write_yaml(admin, &rbac, optest::cluster::Write::Create).await;
-            assert_eq!(created, 6, "rbac.yaml: the namespace, account, ClusterRole and binding, Role and binding");
+            assert_eq!(
+                created, 6,
+                "operator-rbac.yaml: the namespace, account, ClusterRole and binding, Role and binding"
+            );
             optest::cluster::create_namespaces(admin, &[INGRESS_NS, TEAM]).await;
         })
         .await;
